@@ -1,0 +1,143 @@
+"""Assemble notebooks/02_fp8_arms.ipynb from the cells below (source of truth for its code cells)."""
+import nbformat as nbf
+from pathlib import Path
+
+md = nbf.v4.new_markdown_cell
+code = nbf.v4.new_code_cell
+
+cells = [
+md("""# 02 · FP8 rollouts: six arms on the embedded tiny Qwen3
+
+The question of the paper, on a model that fits in a laptop: when the sampler runs in FP8 and the
+trainer in float32, does plain policy gradient drift away from a no-mismatch reference, and does score
+centering (SC) bring it back, compared with truncated (TIS) and masked (MIS) importance sampling?
+
+**Arms** (`scrl_min.ARMS`): `bf16` reference (sampler in bf16, no noise: the no-mismatch reference) ·
+`plain` FP8, no correction · `tis` FP8 + TIS(C=2) · `mis` FP8 + MIS[0.5, 5] · `sc` FP8 + score
+centering · `sc_mis` FP8 + SC + MIS. FP8 arms also get the mismatch-severity knob σ: persistent relative
+weight noise on the sampler, drawn once (the paper's own small-scale recipe).
+
+**Axis: the advantage mode.** The drift term is E_q[A]·μ. With raw rewards (`raw`, REINFORCE without a
+baseline) E_q[A] > 0 at every prefix and the drift is a steady pull; with GRPO group-normalized
+advantages (`grpo`) E_q[A] is zero at the prompt but not deeper in the sequence.
+
+**Run time**: the default parameters take about 25 minutes on 2 CPU cores (no GPU); runs resume
+from their checkpoints if interrupted, and a finished run is not re-run.
+"""),
+code("""# Parameters (papermill replaces this cell; CI shrinks it through notebooks/ci_parameters.yaml)
+model = "default"  # policy: "default" (embedded tiny Qwen3) or a local checkpoint path / HF model id
+arms = ["bf16", "plain", "tis", "mis", "sc", "sc_mis"]  # arms to run (see scrl_min.ARMS)
+advantage_modes = ["raw", "grpo"]  # raw: A is the reward; signed: 2r - 1; grpo: group-normalized
+seeds = [0]  # one run per seed per arm
+steps = 150  # RL steps per run
+prompts_per_step = 8  # distinct prompts per step
+group_size = 8  # G: completions per prompt
+max_new_tokens = 24  # completion budget, tokens
+noise_std = 0.1  # sigma: relative weight noise on the FP8 sampler (mismatch severity)
+lr = 0.5  # SGD learning rate
+final_window = 30  # last steps averaged in the final-reward table
+smooth = 10  # moving-average window of the plotted curves, steps
+runs_dir = "runs/02_fp8_arms"  # run folders (metrics.jsonl, checkpoint.pt), relative to the repo root
+figures_dir = "figures"  # figure and its numbers, relative to the repo root
+""", metadata={"tags": ["parameters"]}),
+code("""import json
+import numpy as np
+import matplotlib.pyplot as plt
+import scrl_min
+from scrl_min import TrainConfig, train
+from scrl_min.core import REPO_ROOT, DEFAULT_MODEL_PATH
+
+for a in arms:
+    scrl_min.arm_settings(a)  # fails fast, naming the valid arms, before any run starts
+model_path = str(DEFAULT_MODEL_PATH) if model == "default" else model
+fig_dir = REPO_ROOT / figures_dir
+fig_dir.mkdir(parents=True, exist_ok=True)
+print(f"policy: {model_path}")"""),
+md("""## Run every (advantage mode, arm, seed)
+
+Each run writes `metrics.jsonl` (one line per step, written as it happens) and a checkpoint every 25
+steps into its own folder; re-running this cell continues unfinished runs and skips finished ones."""),
+code("""results = {}  # (mode, arm, seed) -> list of per-step records
+for mode in advantage_modes:
+    for arm in arms:
+        for seed in seeds:
+            cfg = TrainConfig(model=model_path, arm=arm, seed=seed, steps=steps,
+                              prompts_per_step=prompts_per_step, group_size=group_size,
+                              max_new_tokens=max_new_tokens, noise_std=noise_std, lr=lr,
+                              advantage_mode=mode,
+                              out_dir=str(REPO_ROOT / runs_dir / f"{mode}-{arm}-s{seed}"))
+            results[(mode, arm, seed)] = train(cfg)
+            last = results[(mode, arm, seed)][-final_window:]
+            print(f"{mode:6s} {arm:7s} seed {seed}: final reward {np.mean([r['reward'] for r in last]):.3f}"
+                  f"  KL(q||p) {np.mean([r['kl_sampled'] for r in last]):.4f}"
+                  f"  {sum(r['seconds'] for r in results[(mode, arm, seed)]):.0f}s")"""),
+md("""## Reward curves
+
+Mean reward of the batch per step (moving average over `smooth` steps; shaded: min-max over seeds).
+Bottom row: the sampler-vs-trainer KL on the sampled tokens (k1 estimate of KL(q‖p)), the size of
+the mismatch each arm trained under."""),
+code("""def movavg(x, w):
+    x = np.asarray(x, dtype=float)
+    w = max(1, min(w, len(x)))
+    c = np.cumsum(np.insert(x, 0, 0.0))
+    head = c[1:w] / np.arange(1, w)
+    return np.concatenate([head, (c[w:] - c[:-w]) / w])
+
+colors = {"bf16": "black", "plain": "tab:red", "tis": "tab:orange", "mis": "tab:purple",
+          "sc": "tab:blue", "sc_mis": "tab:green"}
+fig, axes = plt.subplots(2, len(advantage_modes), figsize=(6 * len(advantage_modes), 7),
+                         squeeze=False, sharex=True)
+curves = {}
+for j, mode in enumerate(advantage_modes):
+    for arm in arms:
+        runs = [results[(mode, arm, s)] for s in seeds]
+        R = np.array([movavg([r["reward"] for r in run], smooth) for run in runs])
+        K = np.array([movavg([r["kl_sampled"] for r in run], smooth) for run in runs])
+        x = np.arange(R.shape[1])
+        axes[0, j].plot(x, R.mean(0), color=colors.get(arm), label=arm, lw=2 if arm in ("bf16", "sc") else 1.3)
+        axes[0, j].fill_between(x, R.min(0), R.max(0), color=colors.get(arm), alpha=0.15)
+        axes[1, j].plot(x, K.mean(0), color=colors.get(arm), label=arm)
+        curves[f"{mode}/{arm}"] = {"reward": [[r["reward"] for r in run] for run in runs],
+                                  "kl_sampled": [[r["kl_sampled"] for r in run] for run in runs]}
+    axes[0, j].set_title(f"advantage mode: {mode}")
+    axes[0, j].set_ylabel("reward (distinct names / budget)")
+    axes[1, j].set_ylabel("KL(q‖p) on sampled tokens")
+    axes[1, j].set_xlabel("RL step")
+    axes[0, j].legend(fontsize=8)
+fig.suptitle(f"FP8 sampler (+ weight noise σ={noise_std}) vs bf16 reference, seeds {seeds}")
+fig.tight_layout()
+fig.savefig(fig_dir / "02_fp8_arms.png", dpi=120)
+plt.show()"""),
+md("""## Final rewards
+
+Mean reward over the last `final_window` steps of each run; mean ± std over seeds. Saved with the
+per-step curves in `figures/02_fp8_arms.json`."""),
+code("""table = {}
+print(f"{'mode':7s}{'arm':8s}{'final reward':>14s}{'± std':>8s}{'KL(q||p)':>11s}   per seed")
+for mode in advantage_modes:
+    for arm in arms:
+        finals = [float(np.mean([r["reward"] for r in results[(mode, arm, s)][-final_window:]])) for s in seeds]
+        kl = float(np.mean([r["kl_sampled"] for s in seeds for r in results[(mode, arm, s)][-final_window:]]))
+        table[f"{mode}/{arm}"] = {"final_reward_mean": float(np.mean(finals)),
+                                  "final_reward_std": float(np.std(finals)),
+                                  "final_reward_per_seed": finals, "kl_sampled_final": kl}
+        print(f"{mode:7s}{arm:8s}{np.mean(finals):14.3f}{np.std(finals):8.3f}{kl:11.4f}   "
+              + " ".join(f"{f:.3f}" for f in finals))
+params = dict(model=model_path, arms=arms, advantage_modes=advantage_modes, seeds=seeds, steps=steps,
+              prompts_per_step=prompts_per_step, group_size=group_size, max_new_tokens=max_new_tokens,
+              noise_std=noise_std, lr=lr, final_window=final_window)
+(fig_dir / "02_fp8_arms.json").write_text(json.dumps(
+    {"parameters": params, "final": table, "curves": curves}, indent=1))
+print(f"saved {fig_dir / '02_fp8_arms.png'} and {fig_dir / '02_fp8_arms.json'}")"""),
+md("""## What the measurement shows
+
+(Written from the default-parameter run; the printed table above is the source of truth for your own run.)
+"""),
+]
+
+nb = nbf.v4.new_notebook(cells=cells, metadata={
+    "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+    "language_info": {"name": "python"}})
+out = Path(__file__).resolve().parents[2] / "notebooks" / "02_fp8_arms.ipynb"
+nbf.write(nb, out)
+print("wrote", out)

@@ -1,0 +1,112 @@
+"""Run the notebooks headlessly with papermill, parameterized from one YAML file.
+
+    python scripts/run_notebooks.py                                  # all notebooks, their defaults
+    python scripts/run_notebooks.py --params notebooks/ci_parameters.yaml   # CI's shrunk runs
+    python scripts/run_notebooks.py notebooks/02_fp8_arms.ipynb -p steps=50
+
+The parameters file maps a notebook's stem to the values that replace its `parameters` cell:
+
+    02_fp8_arms:
+      steps: 4
+
+Papermill alone only warns about a parameter the notebook does not have; here an unknown notebook or
+parameter name stops the run before anything executes, naming the bad key and the valid ones.
+Executed notebooks (with outputs) go to --out-dir; the figures go wherever the notebooks write them.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+import time
+from pathlib import Path
+
+import papermill as pm
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOKS = REPO / "notebooks"
+
+
+class ParameterError(SystemExit):
+    pass
+
+
+def notebook_parameters(path: Path) -> dict:
+    """Names and defaults of the notebook's `parameters` cell (exactly one such cell is required)."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(cells) != 1:
+        raise ParameterError(f"{path.name}: expected exactly one cell tagged 'parameters', "
+                             f"found {len(cells)}")
+    names = {}
+    for node in ast.parse(cells[0].source).body:  # literal assignments only, comments ignored
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    names[target.id] = ast.literal_eval(node.value)
+    return names
+
+
+def check_parameters(path: Path, given: dict) -> None:
+    known = notebook_parameters(path)
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ParameterError(f"{path.name}: unknown parameter(s) {unknown}; this notebook's "
+                             f"parameters are {sorted(known)}")
+
+
+def parse_cli_params(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ParameterError(f"-p expects name=value, got {item!r}")
+        k, v = item.split("=", 1)
+        try:
+            out[k] = ast.literal_eval(v)
+        except (ValueError, SyntaxError):
+            out[k] = v
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("notebooks", nargs="*", type=Path, help="default: notebooks/NN_*.ipynb in order")
+    ap.add_argument("--params", type=Path, help="YAML file: {notebook_stem: {name: value}}")
+    ap.add_argument("-p", dest="cli", action="append", default=[], metavar="NAME=VALUE",
+                    help="override one parameter of every notebook given (repeatable)")
+    ap.add_argument("--out-dir", type=Path, default=REPO / "runs" / "notebooks",
+                    help="where executed copies (with outputs) are written")
+    args = ap.parse_args(argv)
+
+    paths = args.notebooks or sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    table = yaml.safe_load(args.params.read_text()) if args.params else {}
+    table = table or {}
+    stems = {p.stem for p in paths}
+    all_stems = {p.stem for p in NOTEBOOKS.glob("*.ipynb")}
+    stray = sorted(set(table) - all_stems)
+    if stray:
+        raise ParameterError(f"{args.params}: unknown notebook(s) {stray}; notebooks are "
+                             f"{sorted(all_stems)}")
+    cli = parse_cli_params(args.cli)
+    plan = []
+    for path in paths:  # check everything before running anything
+        params = dict(table.get(path.stem, {})) | cli
+        check_parameters(path, params)
+        plan.append((path, params))
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    for path, params in plan:
+        t0 = time.time()
+        print(f"[run_notebooks] {path.name} {params or ''}", flush=True)
+        pm.execute_notebook(str(path), str(args.out_dir / path.name), parameters=params,
+                            kernel_name="python3", cwd=str(path.parent), progress_bar=False,
+                            stdout_file=sys.stdout, stderr_file=sys.stderr)
+        print(f"[run_notebooks] {path.name} done in {time.time() - t0:.0f}s", flush=True)
+    print(f"[run_notebooks] {len(plan)} notebook(s) ran: {', '.join(sorted(stems))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,839 @@
+"""scrl-min: score centering for RL with a mismatched (FP8) sampler, in one file.
+
+The algorithm (Marek & Ryabinin, "Score Centering Stabilizes Off-policy RL", arXiv:2609.20807)
+------------------------------------------------------------------------------------------------
+An RL step has two engines: a *sampler* that draws completions from q (here: the policy run with FP8
+weights and activations, optionally with persistent weight noise or stale weights) and a *trainer* that
+holds the policy p_θ in float32 and computes the gradient. At one prefix h, with a ~ q, detached
+advantage A and trainer score s_a = ∇θ log p_θ(a|h), the usual update splits as
+
+    E_q[A s] = Cov_q(A, s) + E_q[A] · μ,        μ = E_q[s] = Σ_a (q_a − p_a) s_a
+               ^^^^^^^^^^^   ^^^^^^^^^^
+               signal        drift (zero on-policy, a steady pull of p toward q under mismatch)
+
+Score centering replaces s by s − μ. With a detached per-token importance weight w = f(p/q) the
+per-token loss is (sg = stop-gradient)
+
+    ℓ_t = − sg(A_t) · [ sg(f(r_y)) · log p(y_t) − Σ_{v∈H} sg(c_v) · log p(v) ]           (eq. SC)
+
+where H is the sampler's top-k head, the unseen tail is modeled as q_v ≈ ρ p_v, and
+
+    ρ = (1 − Σ_H q_v)_+ / max(1 − Σ_H p_v, ε),   m_v = q_v f(p_v/q_v),   α = ρ f(1/ρ),   c_v = m_v − α p_v.
+
+Deviations from the paper and from a production trainer (numbered, on purpose)
+  1. The sampler is this same PyTorch model with its decoder Linear layers in FP8 (e4m3 weights with
+     per-channel scales, e4m3 activations with per-token scales, `torch._scaled_mm`), not vLLM; the
+     LM head stays in bf16 as in vLLM's FP8 checkpoints. Because FP8 at a few million parameters is a
+     small mismatch, a persistent relative weight noise (drawn once, as in the paper's own small runs)
+     is the severity knob: sampler weight = trainer weight · (1 + σ ε).
+  2. One optimizer step per rollout batch (no PPO epochs), SGD by default as in the paper's small runs.
+  3. The task is "distinct Python names" (see the task section), not Countdown: a 3.6M-parameter model
+     cannot learn arithmetic search, and this task's best policy is high-entropy, which keeps the
+     mismatch (and so the drift) alive for the whole run.
+  4. The advantage mode is an experimental axis: raw rewards (REINFORCE, no baseline), ±1-style signed
+     rewards, or GRPO group-normalized. The drift is E_q[A]·μ, so its size depends on the mode.
+
+Run:   python -m scrl_min --arm sc --steps 200 --out runs/sc        (python -m scrl_min --help)
+
+Sections: configs · task · loss · FP8 · samplers · trainer · entry point.
+"""
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import json
+import keyword
+import math
+import os
+import random
+import re
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL_PATH = REPO_ROOT / "models" / "qwen3-tiny-code"
+EMPTY_LOGP = -9000.0  # head log-probs at or below this (the -9999 stand-in, -inf) mark an empty slot
+RHO_EPS = 1e-6  # floor of the trainer's tail mass in ρ's denominator
+MAX_LOG_RATIO = 20.0  # |log r| is clipped here before exp, so weights stay finite (e^20 ≈ 4.9e8)
+
+
+class ScrlError(ValueError):
+    """Bad input or configuration: the message says what is wrong and where."""
+
+
+class RolloutError(ScrlError):
+    """A rollout batch that breaks the sampler contract (NaN log-prob, id outside the vocabulary...)."""
+
+
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+# Configs
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+WEIGHTINGS = ("none", "is", "tis", "mis", "icepop")
+ADVANTAGE_MODES = ("raw", "signed", "grpo")
+PRECISIONS = ("fp8", "bf16", "fp32")
+
+# The arms of the experiment: sampler numerics × correction. "mismatch" arms get the noise knob.
+ARMS = {
+    "bf16":   dict(precision="bf16", weighting="none", centering=False, mismatch=False),  # reference
+    "plain":  dict(precision="fp8", weighting="none", centering=False, mismatch=True),
+    "tis":    dict(precision="fp8", weighting="tis", centering=False, mismatch=True),
+    "mis":    dict(precision="fp8", weighting="mis", centering=False, mismatch=True),
+    "sc":     dict(precision="fp8", weighting="none", centering=True, mismatch=True),
+    "sc_mis": dict(precision="fp8", weighting="mis", centering=True, mismatch=True),
+}
+
+
+@dataclass
+class TrainConfig:
+    """One RL run. Every field is a literal, so a run is reproducible from its saved config.json."""
+
+    # --- what is trained, and where results go
+    model: str = str(DEFAULT_MODEL_PATH)  # local checkpoint path or HF model id of the policy
+    out_dir: str = "runs/default"  # metrics.jsonl, config.json and checkpoint.pt go here
+    arm: str = "sc"  # one of ARMS: sampler numerics and loss correction
+    seed: int = 0  # seeds prompts, sampling, noise draw
+    # --- the task and the rollout
+    n_prompts: int = 64  # size of the task dataset
+    prompts_per_step: int = 8  # distinct prompts per RL step
+    group_size: int = 8  # G: completions per prompt (a GRPO group)
+    max_new_tokens: int = 24  # completion length budget, tokens
+    temperature: float = 1.0  # sampling temperature; the trainer divides its logits by the same
+    top_k_logprobs: int = 128  # k: size of the sampler's head H (clipped to the vocabulary: min(128, V))
+    # --- mismatch
+    noise_std: float = 0.1  # σ: persistent relative weight noise on the sampler (mismatch arms only)
+    staleness: int = 0  # s: the sampler's weights lag the trainer by s steps
+    # --- the loss
+    advantage_mode: str = "raw"  # raw (A = r) | signed (A = 2r − 1) | grpo ((r − mean_G) / std_G)
+    tis_cap: float = 2.0  # C of TIS
+    mis_band: tuple = (0.5, 5.0)  # [lo, hi] of MIS / IcePop
+    # --- optimization
+    steps: int = 300  # RL steps (one optimizer step each)
+    optimizer: str = "sgd"  # sgd | adam
+    lr: float = 0.5  # learning rate
+    max_grad_norm: float = 0.0  # clip the global grad norm here; 0 disables clipping
+    # --- bookkeeping
+    checkpoint_every: int = 25  # steps between checkpoints (and always at the end)
+    progress: bool = True  # tqdm progress bar
+
+
+def arm_settings(arm: str) -> dict:
+    """Sampler precision, weighting, centering and mismatch flag of an arm name. Raises ScrlError."""
+    if arm not in ARMS:
+        raise ScrlError(f"unknown arm {arm!r}; choose one of {sorted(ARMS)}")
+    return ARMS[arm]
+
+
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+# The task: "distinct Python names"
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+# Prompt: the start of a Python function. Completion: max_new_tokens tokens of code. Reward: the number
+# of *distinct* Python keywords and lowercase built-in names in the completion, over the token budget.
+# A model pretrained on Python source starts at 0.1-0.2 (code naturally uses `if`, `return`, `None`...)
+# and can learn to pack more distinct names in. The best policies are high-entropy (any order of many
+# names), so the sampler/trainer mismatch does not vanish as training sharpens the policy.
+PYTHON_NAMES = frozenset(keyword.kwlist) | frozenset(
+    n for n in dir(builtins) if n.islower() and not n.startswith("_"))
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_VERBS = ["get", "set", "parse", "load", "read", "write", "check", "make", "update", "find", "build",
+          "format", "split", "merge", "count", "filter", "apply", "reset", "close", "open"]
+_NOUNS = ["name", "path", "value", "items", "config", "data", "line", "header", "key", "node", "token",
+          "buffer", "state", "record", "options", "result"]
+_ARGS = ["self", "self, key", "self, value=None", "path, mode='r'", "data", "items, key=None",
+         "self, *args, **kwargs", "text, sep=','", "obj", "self, name, default=None"]
+
+
+def task_user_message(code_prefix: str) -> str:
+    """The user turn of the task prompt around a code prefix (str → str)."""
+    return ("Continue the code, using as many different Python keywords and built-in names as you "
+            "can:\n" + code_prefix)
+
+
+def make_task_dataset(n_prompts: int = 64, seed: int = 0):
+    """The task as a ``datasets.Dataset`` with columns ``prompt`` (user message, str) and ``prefix``.
+
+    Prompts are function heads built from fixed word lists, so the dataset is identical on every
+    machine. Raises ScrlError if n_prompts < 1.
+    """
+    import datasets
+
+    if n_prompts < 1:
+        raise ScrlError(f"n_prompts must be >= 1, got {n_prompts}")
+    rng = random.Random(seed)
+    rows, seen = [], set()
+    while len(rows) < n_prompts:
+        head = f"def {rng.choice(_VERBS)}_{rng.choice(_NOUNS)}({rng.choice(_ARGS)}):\n    "
+        if head in seen and len(seen) < len(_VERBS) * len(_NOUNS) * len(_ARGS):
+            continue
+        seen.add(head)
+        rows.append({"prompt": task_user_message(head), "prefix": head})
+    return datasets.Dataset.from_list(rows)
+
+
+def distinct_names_reward(completion: str, budget: int) -> float:
+    """Verifier: |distinct keywords and lowercase builtins in `completion`| / budget, capped at 1."""
+    names = {w for w in _IDENT.findall(completion) if w in PYTHON_NAMES}
+    return min(1.0, len(names) / budget)
+
+
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+# The loss
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+def gather_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0,
+                    chunk_size: int = 4096) -> torch.Tensor:
+    """Log-probs log softmax(logits / T) at `ids`, in float32, a chunk of rows at a time.
+
+    logits: (..., V) any float dtype; ids: (...) or (..., k) long. Returns (...) or (..., k) float32.
+    log p(v) = z_v − logsumexp(z), z = logits / T, computed per chunk of `chunk_size` rows so no
+    (rows × V) float32 log-softmax is built beyond one chunk. Ids of empty slots may be any valid id.
+    Raises ScrlError if an id is outside [0, V) or T <= 0.
+    """
+    if temperature <= 0:
+        raise ScrlError(f"temperature must be > 0, got {temperature}")
+    V = logits.shape[-1]
+    squeeze = ids.dim() == logits.dim() - 1
+    if squeeze:
+        ids = ids.unsqueeze(-1)
+    if ids.numel() and (ids.min() < 0 or ids.max() >= V):
+        bad = ((ids < 0) | (ids >= V)).nonzero()[0].tolist()
+        raise ScrlError(f"id outside the vocabulary [0, {V}) at index {bad}")
+    lead = ids.shape[:-1]
+    flat_logits = logits.reshape(-1, V)
+    flat_ids = ids.reshape(-1, ids.shape[-1])
+    out = []
+    for s in range(0, flat_logits.shape[0], chunk_size):
+        z = flat_logits[s:s + chunk_size].float() / temperature  # (chunk, V)
+        out.append(z.gather(-1, flat_ids[s:s + chunk_size]) - torch.logsumexp(z, -1, keepdim=True))
+    logp = torch.cat(out).reshape(*lead, ids.shape[-1])
+    return logp.squeeze(-1) if squeeze else logp
+
+
+def importance_weight(log_ratio: torch.Tensor, weighting: str, tis_cap: float = 2.0,
+                      mis_band: tuple = (0.5, 5.0)) -> torch.Tensor:
+    """f(r) of method.md's table, from log r = log p − log q (any shape; float32 out, finite).
+
+    none: 1 · is: r · tis: min(r, C) · mis: r·1[lo ≤ r ≤ hi] · icepop: 1[lo ≤ r ≤ hi]
+    ("icepop" keeps the *unit* weight inside the band; "mis" keeps r itself.) Raises ScrlError.
+    """
+    lr = log_ratio.float().clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
+    lr = torch.where(torch.isnan(lr), torch.full_like(lr, -MAX_LOG_RATIO), lr)
+    r = lr.exp()
+    lo, hi = mis_band
+    in_band = (lr >= math.log(lo)) & (lr <= math.log(hi))
+    if weighting == "none":
+        return torch.ones_like(r)
+    if weighting == "is":
+        return r
+    if weighting == "tis":
+        return r.clamp(max=tis_cap)
+    if weighting == "mis":
+        return torch.where(in_band, r, torch.zeros_like(r))
+    if weighting == "icepop":
+        return in_band.float()
+    raise ScrlError(f"unknown weighting {weighting!r}; choose one of {WEIGHTINGS}")
+
+
+def tail_alpha(rho: torch.Tensor, weighting: str, tis_cap: float = 2.0,
+               mis_band: tuple = (0.5, 5.0)) -> torch.Tensor:
+    """α = ρ · f(1/ρ): the tail's weighted mass per unit of trainer tail mass (method.md's table).
+
+    rho: any shape, >= 0, finite. none: ρ · is: 1 · tis: min(1, Cρ) · mis: 1[1/hi ≤ ρ ≤ 1/lo]
+    · icepop: ρ · 1[1/hi ≤ ρ ≤ 1/lo]. Raises ScrlError for an unknown weighting.
+    """
+    lo, hi = mis_band
+    band = ((rho >= 1.0 / hi) & (rho <= 1.0 / lo)).float()
+    if weighting == "none":
+        return rho
+    if weighting == "is":
+        return torch.ones_like(rho)
+    if weighting == "tis":
+        return (tis_cap * rho).clamp(max=1.0)
+    if weighting == "mis":
+        return band
+    if weighting == "icepop":
+        return rho * band
+    raise ScrlError(f"unknown weighting {weighting!r}; choose one of {WEIGHTINGS}")
+
+
+def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, advantages, mask, *,
+                           weighting: str = "none", centering: bool = True, tis_cap: float = 2.0,
+                           mis_band: tuple = (0.5, 5.0)):
+    """Per-token score-centered policy-gradient loss (eq. SC above; method.md, "The top-k estimator").
+
+    Args:
+      logp:              (B, T)    trainer log-probs of the sampled tokens, at the sampling T (grad)
+      logp_head:         (B, T, k) trainer log-probs at the sampler's head ids (grad)
+      sampler_logp:      (B, T)    sampler log-probs of the sampled tokens
+      sampler_logp_head: (B, T, k) sampler top-k log-probs, full-vocabulary normalized; -inf or
+                                   <= -9000 marks an empty slot
+      advantages:        (B,) or (B, T), detached inside
+      mask:              (B, T) bool, True at generated tokens that carry loss
+      weighting:         "none" | "is" | "tis" | "mis" | "icepop" (see `importance_weight`)
+      centering:         subtract the centering term Σ_H c_v log p(v)
+    Returns:
+      (loss, diag): loss (B, T) float32, zero where mask is False; diag a dict of detached (B, T)
+      float32 tensors: weight f(r_y), log_ratio log(p_y/q_y), rho ρ, head_mass_q Σ_H q,
+      head_mass_p Σ_H p.
+    All coefficient arithmetic is float32 whatever the input dtype; nothing non-finite reaches the
+    loss from -inf head slots or huge log-ratios. Raises ScrlError on shape mismatch or bad names.
+    """
+    B, T = logp.shape
+    for name, x, shape in [("logp_head", logp_head, None), ("sampler_logp", sampler_logp, (B, T)),
+                           ("sampler_logp_head", sampler_logp_head, logp_head.shape),
+                           ("mask", mask, (B, T))]:
+        if shape is not None and tuple(x.shape) != tuple(shape):
+            raise ScrlError(f"{name} has shape {tuple(x.shape)}, expected {tuple(shape)}")
+    if logp_head.dim() != 3 or logp_head.shape[:2] != (B, T):
+        raise ScrlError(f"logp_head has shape {tuple(logp_head.shape)}, expected ({B}, {T}, k)")
+    if weighting not in WEIGHTINGS:
+        raise ScrlError(f"unknown weighting {weighting!r}; choose one of {WEIGHTINGS}")
+    mask = mask.bool()
+    A = advantages.detach().float()
+    A = A[:, None].expand(B, T) if A.dim() == 1 else A  # (B, T)
+    logp32 = logp.float()
+
+    # r_y = p_y / q_y in log space, then f(r_y)
+    log_ratio = (logp32.detach() - sampler_logp.float()).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
+    w_y = importance_weight(log_ratio, weighting, tis_cap, mis_band)  # (B, T)
+    pg_term = w_y * logp32  # sg(f(r_y)) · log p(y_t)
+
+    # Head: q_v, p_v on H; empty slots contribute nothing (where, never 0·−inf)
+    valid = sampler_logp_head > EMPTY_LOGP  # (B, T, k), False for -inf, -9999 and NaN
+    lq = torch.where(valid, sampler_logp_head.float(), torch.zeros_like(sampler_logp_head.float()))
+    lp = torch.where(valid, logp_head.detach().float(), torch.zeros_like(lq))
+    q = torch.where(valid, lq.exp(), torch.zeros_like(lq))  # (B, T, k)
+    p = torch.where(valid, lp.exp(), torch.zeros_like(lq))
+    head_q, head_p = q.sum(-1), p.sum(-1)  # (B, T)
+    # ρ = (1 − Σ_H q)_+ / max(1 − Σ_H p, ε)
+    rho = (1.0 - head_q).clamp(min=0.0) / (1.0 - head_p).clamp(min=RHO_EPS)
+    if centering:
+        # m_v = q_v f(p_v / q_v)
+        m = q * importance_weight(lp - lq, weighting, tis_cap, mis_band)
+        m = torch.where(valid, m, torch.zeros_like(m))
+        # α = ρ f(1/ρ);  c_v = m_v − α p_v
+        alpha = tail_alpha(rho, weighting, tis_cap, mis_band)  # (B, T)
+        c = torch.where(valid, m - alpha[..., None] * p, torch.zeros_like(m))  # (B, T, k)
+        lph = torch.where(valid, logp_head.float(), torch.zeros_like(lq))
+        center_term = (c * lph).sum(-1)  # Σ_H sg(c_v) log p(v)
+        pg_term = pg_term - center_term
+    loss = torch.where(mask, -A * pg_term, torch.zeros_like(pg_term))
+    diag = dict(weight=w_y.detach(), log_ratio=log_ratio.detach(), rho=rho.detach(),
+                head_mass_q=head_q.detach(), head_mass_p=head_p.detach())
+    return loss, diag
+
+
+def reduce_loss(per_token: torch.Tensor, mask: torch.Tensor, reduction: str = "token_mean",
+                denominator: Optional[float] = None) -> torch.Tensor:
+    """Scalar loss from a (B, T) per-token loss.
+
+    token_mean: Σ loss / Σ mask (or / `denominator`: the token count of the whole accumulated batch,
+    so micro-batches sum to the one-batch gradient) · seq_mean: mean over sequences of their token
+    mean · constant: Σ loss / denominator (Dr. GRPO). Raises ScrlError on an unknown reduction.
+    """
+    mask = mask.bool()
+    if reduction == "token_mean":
+        return per_token.sum() / (denominator if denominator else mask.sum().clamp(min=1))
+    if reduction == "seq_mean":
+        per_seq = per_token.sum(-1) / mask.sum(-1).clamp(min=1)
+        return per_seq.sum() / (denominator if denominator else per_token.shape[0])
+    if reduction == "constant":
+        if not denominator:
+            raise ScrlError("reduction='constant' needs a denominator (e.g. batch × max tokens)")
+        return per_token.sum() / denominator
+    raise ScrlError(f"unknown reduction {reduction!r}; choose token_mean, seq_mean or constant")
+
+
+def compute_advantages(rewards: torch.Tensor, group_size: int, mode: str) -> torch.Tensor:
+    """Advantages (N,) from rewards (N,) ordered as consecutive GRPO groups of `group_size`.
+
+    raw: A = r · signed: A = 2r − 1 · grpo: A = (r − mean_G r) / (std_G r + 1e-4). Raises ScrlError.
+    """
+    if mode == "raw":
+        return rewards.clone()
+    if mode == "signed":
+        return 2.0 * rewards - 1.0
+    if mode == "grpo":
+        if rewards.numel() % group_size:
+            raise ScrlError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
+        g = rewards.view(-1, group_size)
+        return ((g - g.mean(1, keepdim=True)) / (g.std(1, keepdim=True) + 1e-4)).view(-1)
+    raise ScrlError(f"unknown advantage mode {mode!r}; choose one of {ADVANTAGE_MODES}")
+
+
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+# FP8
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+# FP8 comes in two formats: e4m3 (4 exponent bits, 3 mantissa bits, max 448) trades range for
+# precision and is used for weights and activations in inference; e5m2 (max 57344) keeps range for
+# gradients. Three mantissa bits means a relative rounding step of 2^-3 = 12.5% near powers of two, so
+# tensors are first divided by a *scale* that maps their absolute maximum onto 448: one scale per
+# output channel for weights (fixed), one per token for activations (computed on the fly). The matmul
+# `torch._scaled_mm(x8, w8.T, scale_x, scale_w)` multiplies the FP8 values and applies both scales in
+# its epilogue. FP8 rounding errors on weights and activations are what make the sampler's q differ
+# from the trainer's p.
+FP8 = torch.float8_e4m3fn
+FP8_MAX = torch.finfo(FP8).max  # 448.0
+
+
+def quantize_fp8(x: torch.Tensor):
+    """Row-wise e4m3 quantization. x: (M, K) float → (x8 (M, K) float8_e4m3fn, scale (M, 1) float32)
+    with x ≈ x8.float() · scale."""
+    scale = (x.float().abs().amax(dim=-1, keepdim=True) / FP8_MAX).clamp(min=1e-12)
+    return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
+
+
+class FP8Linear(nn.Module):
+    """W8A8 Linear: e4m3 weights (per output channel scale), e4m3 activations (per token scale).
+
+    Input (..., in_features) any float dtype → output (..., out_features) bf16. Uses
+    `torch._scaled_mm` (CPU and GPU); if that kernel is unavailable, it dequantizes and multiplies in
+    float32, which gives the same rounding of weights and activations (recorded in `self.backend`).
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.register_buffer("weight8", torch.zeros(out_features, in_features, dtype=FP8))
+        self.register_buffer("weight_scale", torch.ones(out_features, 1))
+        self.register_buffer("bias", torch.zeros(out_features, dtype=torch.bfloat16) if bias else None)
+        self.backend = "scaled_mm"
+
+    @torch.no_grad()
+    def set_weight(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> None:
+        """Quantize a (out, in) float weight into this layer."""
+        self.weight8, self.weight_scale = quantize_fp8(weight)
+        if bias is not None:
+            self.bias = bias.to(torch.bfloat16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        x8, x_scale = quantize_fp8(x.reshape(-1, self.in_features))  # (M, in), (M, 1)
+        y = None
+        if self.backend == "scaled_mm":
+            try:
+                y = torch._scaled_mm(x8, self.weight8.t(), scale_a=x_scale,
+                                     scale_b=self.weight_scale.t(), out_dtype=torch.bfloat16)
+            except (RuntimeError, NotImplementedError):
+                self.backend = "emulated"
+        if y is None:
+            y = ((x8.float() * x_scale) @ (self.weight8.float() * self.weight_scale).t()).bfloat16()
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*lead, self.out_features)
+
+
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+# Samplers
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+@dataclass
+class Rollout:
+    """What a sampler returns for B sequences of at most T generated tokens (dense tensors).
+
+    prompt_ids (B, P) long, left-padded; prompt_mask (B, P) bool; completion_ids (B, T) long;
+    completion_mask (B, T) bool (True at sampled tokens, EOS included; False after it);
+    sampler_logp (B, T) float32, log q(y_t) at the sampling temperature; head_ids (B, T, k) long, the
+    sampler's top-k ids; head_logp (B, T, k) float32, their log q (full-vocabulary normalized at the
+    sampling temperature, -inf in empty slots).
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    sampler_logp: torch.Tensor
+    head_ids: torch.Tensor
+    head_logp: torch.Tensor
+
+
+def validate_rollout(ro: Rollout, vocab_size: int) -> None:
+    """Check the sampler contract; raise RolloutError naming the first bad (sequence, position).
+
+    Checks: ids inside [0, V); sampled and head log-probs finite-or-empty, not NaN, <= 0 (rounding
+    tolerance 1e-4); head mass Σ_H q <= 1 + 1e-3.
+    """
+    m = ro.completion_mask
+
+    def first(bad: torch.Tensor, what: str) -> None:
+        if bad.any():
+            b, t = bad.nonzero()[0].tolist()[:2]
+            raise RolloutError(f"rollout: {what} at sequence {b}, completion position {t}")
+
+    first(m & ((ro.completion_ids < 0) | (ro.completion_ids >= vocab_size)), "sampled id outside "
+          f"the vocabulary [0, {vocab_size})")
+    first(m & torch.isnan(ro.sampler_logp), "NaN sampler log-prob")
+    first(m & ~torch.isfinite(ro.sampler_logp), "non-finite sampler log-prob of the sampled token")
+    first(m & (ro.sampler_logp > 1e-4), "positive sampler log-prob")
+    valid = ro.head_logp > EMPTY_LOGP
+    first(m & torch.isnan(ro.head_logp).any(-1), "NaN in the sampler's top-k log-probs")
+    first(m & (valid & ((ro.head_ids < 0) | (ro.head_ids >= vocab_size))).any(-1),
+          f"head id outside the vocabulary [0, {vocab_size})")
+    first(m & (valid & (ro.head_logp > 1e-4)).any(-1), "positive log-prob in the sampler's head")
+    head_mass = torch.where(valid, ro.head_logp.exp(), torch.zeros_like(ro.head_logp)).sum(-1)
+    first(m & (head_mass > 1 + 1e-3), "sampler head mass above 1")
+
+
+def _noise_factors(state_dict: dict, std: float, seed: int) -> dict:
+    """Persistent relative weight noise 1 + σ ε per floating parameter, ε ~ N(0, 1), drawn once."""
+    g = torch.Generator().manual_seed(seed)
+    return {k: 1.0 + std * torch.randn(v.shape, generator=g) for k, v in sorted(state_dict.items())
+            if v.is_floating_point() and v.dim() >= 2}
+
+
+class TorchSampler:
+    """The policy as a rollout engine: bf16, FP8 (W8A8 decoder Linears) or fp32, with optional
+    persistent weight noise (mismatch severity σ) and staleness s (weights lag by s pushes).
+
+    Usage: ``sampler.push_weights(trainer_model.state_dict())`` every step, then
+    ``sampler.generate(prompts, max_new_tokens)``.
+    """
+
+    def __init__(self, config, precision: str = "fp8", top_k: int = 128, temperature: float = 1.0,
+                 noise_std: float = 0.0, staleness: int = 0, seed: int = 0):
+        from transformers import AutoModelForCausalLM
+
+        if precision not in PRECISIONS:
+            raise ScrlError(f"unknown sampler precision {precision!r}; choose one of {PRECISIONS}")
+        if top_k < 1 or top_k > config.vocab_size:
+            raise ScrlError(f"top_k_logprobs k={top_k} must be in [1, vocab size {config.vocab_size}]")
+        if temperature <= 0:
+            raise ScrlError(f"temperature must be > 0, got {temperature}")
+        if staleness < 0:
+            raise ScrlError(f"staleness must be >= 0, got {staleness}")
+        self.precision, self.k, self.temperature = precision, top_k, temperature
+        self.noise_std, self.staleness, self.seed = noise_std, staleness, seed
+        self.vocab_size = config.vocab_size
+        dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+        self.model = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+        self.fp8_layers = {}
+        if precision == "fp8":  # decoder Linears → FP8Linear; embeddings and LM head stay bf16
+            for name, mod in list(self.model.named_modules()):
+                if isinstance(mod, nn.Linear) and ".layers." in f".{name}":
+                    parent, child = name.rsplit(".", 1)
+                    fp8 = FP8Linear(mod.in_features, mod.out_features, mod.bias is not None)
+                    setattr(self.model.get_submodule(parent), child, fp8)
+                    self.fp8_layers[name] = fp8
+        self._queue = deque(maxlen=staleness + 1)  # weights pushed, oldest first
+        self._noise = None
+
+    @property
+    def fp8_backend(self) -> str:
+        """"scaled_mm" or "emulated" for FP8 samplers, "none" otherwise."""
+        return next(iter(self.fp8_layers.values())).backend if self.fp8_layers else "none"
+
+    @torch.no_grad()
+    def push_weights(self, state_dict: dict) -> None:
+        """Receive the trainer's weights; load the ones from `staleness` pushes ago."""
+        self._queue.append({k: v.detach().to("cpu", torch.float32, copy=True)
+                            for k, v in state_dict.items()})
+        self._load(self._queue[0])
+
+    def queue_state(self) -> list:
+        """The pushed weights still held (for checkpointing a stale sampler)."""
+        return list(self._queue)
+
+    def restore_queue(self, queue: list) -> None:
+        """Restore pushed weights saved by `queue_state` and load the oldest."""
+        self._queue.clear()
+        self._queue.extend(queue)
+        if queue:
+            self._load(self._queue[0])
+
+    def _load(self, sd: dict) -> None:
+        if self.noise_std > 0:
+            if self._noise is None:
+                self._noise = _noise_factors(sd, self.noise_std, self.seed + 7919)
+            sd = {k: v * self._noise[k] if k in self._noise else v for k, v in sd.items()}
+        rest = {}
+        for k, v in sd.items():
+            layer = k.rsplit(".", 1)[0]
+            if layer in self.fp8_layers and k.endswith(".weight"):
+                self.fp8_layers[layer].set_weight(v, sd.get(f"{layer}.bias"))
+            elif not (layer in self.fp8_layers and k.endswith(".bias")):
+                rest[k] = v
+        missing, unexpected = self.model.load_state_dict(rest, strict=False)
+        missing = [m for m in missing if m.rsplit(".", 1)[0] not in self.fp8_layers]
+        if unexpected or [m for m in missing if "lm_head" not in m]:
+            raise ScrlError(f"weight push does not fit the sampler: missing {missing[:5]}, "
+                            f"unexpected {unexpected[:5]}")
+        if getattr(self.model.config, "tie_word_embeddings", False):
+            self.model.tie_weights()
+
+    @torch.no_grad()
+    def generate(self, prompts: list, max_new_tokens: int, eos_id: int, pad_id: int,
+                 generator: Optional[torch.Generator] = None) -> Rollout:
+        """Sample one completion per prompt (list of token-id lists) at `self.temperature`.
+
+        Returns a validated `Rollout` with k = self.k head entries per generated token.
+        Raises RolloutError (naming sequence and position) if the sampler produces NaN logits.
+        """
+        if not self._queue:
+            raise ScrlError("sampler has no weights: call push_weights(state_dict) first")
+        B, P = len(prompts), max(len(p) for p in prompts)
+        prompt_ids = torch.full((B, P), pad_id, dtype=torch.long)
+        prompt_mask = torch.zeros(B, P, dtype=torch.bool)
+        for i, p in enumerate(prompts):  # left padding
+            prompt_ids[i, P - len(p):] = torch.tensor(p)
+            prompt_mask[i, P - len(p):] = True
+        T, k = max_new_tokens, self.k
+        ids = torch.full((B, T), pad_id, dtype=torch.long)
+        cmask = torch.zeros(B, T, dtype=torch.bool)
+        logq = torch.zeros(B, T)
+        head_ids = torch.zeros(B, T, k, dtype=torch.long)
+        head_logp = torch.full((B, T, k), float("-inf"))
+        attn = prompt_mask.long()
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, use_cache=True)
+        alive = torch.ones(B, dtype=torch.bool)
+        for t in range(T):
+            logits = out.logits[:, -1, :].float()  # (B, V)
+            bad = alive & ~torch.isfinite(logits).all(-1)
+            if bad.any():
+                raise RolloutError(f"sampler produced non-finite logits at sequence "
+                                   f"{int(bad.nonzero()[0])}, completion position {t}")
+            lq = torch.log_softmax(logits / self.temperature, dim=-1)  # (B, V)
+            y = torch.multinomial(lq.exp(), 1, generator=generator).squeeze(-1)  # (B,)
+            top = lq.topk(k, dim=-1)  # (B, k)
+            ids[:, t] = torch.where(alive, y, torch.full_like(y, pad_id))
+            cmask[:, t] = alive
+            logq[:, t] = torch.where(alive, lq.gather(-1, y[:, None]).squeeze(-1), 0.0)
+            head_ids[:, t] = top.indices
+            head_logp[:, t] = torch.where(alive[:, None], top.values, float("-inf"))
+            alive = alive & (y != eos_id)
+            if not alive.any() or t == T - 1:
+                break
+            attn = torch.cat([attn, alive.long()[:, None]], dim=1)
+            pos = pos[:, -1:] + 1
+            out = self.model(input_ids=ids[:, t:t + 1], attention_mask=attn, position_ids=pos,
+                             past_key_values=out.past_key_values, use_cache=True)
+        ro = Rollout(prompt_ids, prompt_mask, ids, cmask, logq, head_ids, head_logp)
+        validate_rollout(ro, self.vocab_size)
+        return ro
+
+
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+# Trainer
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+def load_policy(model: str):
+    """(model in float32, tokenizer) from a local path or HF model id. Raises ScrlError if missing."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(model)
+    if not path.exists() and (model.startswith((".", "/", "~")) or path.suffix or len(path.parts) > 2):
+        raise ScrlError(f"model checkpoint not found: {model!r} (give a local directory with "
+                        f"config.json and model.safetensors, or a Hugging Face model id)")
+    try:
+        tok = AutoTokenizer.from_pretrained(model)
+        policy = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    except OSError as e:
+        raise ScrlError(f"could not load model {model!r}: {e}") from e
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return policy, tok
+
+
+def trainer_logprobs(model, ro: Rollout, temperature: float):
+    """Trainer log-probs at the sampling temperature: (logp (B, T), logp_head (B, T, k)), with grad.
+
+    Position alignment: the logits at row (P − 1 + t) of prompt+completion score completion token t.
+    """
+    ids = torch.cat([ro.prompt_ids, ro.completion_ids], dim=1)  # (B, P + T)
+    attn = torch.cat([ro.prompt_mask, ro.completion_mask], dim=1).long()
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits  # (B, P+T, V)
+    P, T = ro.prompt_ids.shape[1], ro.completion_ids.shape[1]
+    logits = logits[:, P - 1:P - 1 + T]  # (B, T, V): row P-1+t predicts completion token t
+    both = torch.cat([ro.completion_ids[..., None], ro.head_ids], dim=-1)  # (B, T, 1 + k)
+    lp = gather_logprobs(logits, both, temperature)
+    return lp[..., 0], lp[..., 1:]
+
+
+def read_metrics(path) -> list:
+    """All step records of a metrics.jsonl file (list of dicts); [] if it does not exist."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class Trainer:
+    """GRPO-style trainer: owns the policy, the optimizer, the sampler, the RNGs and the run files."""
+
+    def __init__(self, cfg: TrainConfig):
+        self.cfg = cfg
+        arm = arm_settings(cfg.arm)
+        if cfg.advantage_mode not in ADVANTAGE_MODES:
+            raise ScrlError(f"unknown advantage_mode {cfg.advantage_mode!r}; choose one of "
+                            f"{ADVANTAGE_MODES}")
+        if cfg.optimizer not in ("sgd", "adam"):
+            raise ScrlError(f"unknown optimizer {cfg.optimizer!r}; choose sgd or adam")
+        self.weighting, self.centering = arm["weighting"], arm["centering"]
+        self.out = Path(cfg.out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(cfg.seed)
+        self.policy, self.tok = load_policy(cfg.model)
+        V = self.policy.config.vocab_size
+        if cfg.top_k_logprobs > V:
+            raise ScrlError(f"top_k_logprobs k={cfg.top_k_logprobs} is larger than the vocabulary "
+                            f"({V} tokens)")
+        self.sampler = TorchSampler(
+            self.policy.config, precision=arm["precision"], top_k=cfg.top_k_logprobs,
+            temperature=cfg.temperature, noise_std=cfg.noise_std if arm["mismatch"] else 0.0,
+            staleness=cfg.staleness, seed=cfg.seed)
+        self.dataset = make_task_dataset(cfg.n_prompts, seed=cfg.seed)
+        self.prompt_ids = [self._encode(p) for p in self.dataset["prompt"]]
+        opt_cls = torch.optim.SGD if cfg.optimizer == "sgd" else torch.optim.Adam
+        self.opt = opt_cls(self.policy.parameters(), lr=cfg.lr)
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.step = 0
+        self.eos_id = self.tok.eos_token_id
+
+    def _encode(self, user_message: str) -> list:
+        if self.tok.chat_template:
+            return self.tok.apply_chat_template([{"role": "user", "content": user_message}],
+                                                add_generation_prompt=True, tokenize=True,
+                                                return_dict=False)
+        return self.tok(user_message)["input_ids"]
+
+    # --- run files -------------------------------------------------------------------------------
+    @property
+    def metrics_path(self) -> Path:
+        return self.out / "metrics.jsonl"
+
+    def _save_checkpoint(self) -> None:
+        state = dict(step=self.step, policy=self.policy.state_dict(), opt=self.opt.state_dict(),
+                     gen=self.gen.get_state(), torch_rng=torch.get_rng_state(),
+                     sampler_queue=self.sampler.queue_state())
+        tmp = self.out / "checkpoint.pt.tmp"
+        torch.save(state, tmp)
+        os.replace(tmp, self.out / "checkpoint.pt")  # atomic: an interrupt never leaves half a file
+
+    def _resume(self) -> None:
+        """Continue from checkpoint.pt if present: restore state, drop log lines past its step."""
+        cfg_path = self.out / "config.json"
+        mine = json.loads(json.dumps(dataclasses.asdict(self.cfg)))
+        ckpt = self.out / "checkpoint.pt"
+        if ckpt.exists():
+            saved = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
+            diff = {k: (saved.get(k), v) for k, v in mine.items()
+                    if k not in ("steps", "progress", "out_dir", "checkpoint_every")
+                    and saved.get(k) != v}
+            if diff:
+                raise ScrlError(f"{self.out} holds a run with a different config {diff}; "
+                                f"use another out_dir or delete it")
+            state = torch.load(ckpt, weights_only=False)
+            self.policy.load_state_dict(state["policy"])
+            self.opt.load_state_dict(state["opt"])
+            self.gen.set_state(state["gen"])
+            torch.set_rng_state(state["torch_rng"])
+            self.sampler.restore_queue(state["sampler_queue"])
+            self.step = state["step"]
+            kept = [r for r in read_metrics(self.metrics_path) if r["step"] < self.step]
+            self.metrics_path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        else:
+            self.metrics_path.unlink(missing_ok=True)
+            self.sampler.push_weights(self.policy.state_dict())
+        cfg_path.write_text(json.dumps(mine, indent=1))
+
+    # --- one RL step -----------------------------------------------------------------------------
+    def train_step(self) -> dict:
+        cfg, t0 = self.cfg, time.time()
+        # 1. prompts: prompts_per_step distinct prompts, each repeated G times (a GRPO group)
+        pick = torch.randperm(len(self.prompt_ids), generator=self.gen)[:cfg.prompts_per_step]
+        prompts = [self.prompt_ids[i] for i in pick.tolist() for _ in range(cfg.group_size)]
+        # 2. rollout on the sampler (FP8 / bf16, maybe noisy, maybe stale)
+        ro = self.sampler.generate(prompts, cfg.max_new_tokens, self.eos_id, self.tok.pad_token_id,
+                                   generator=self.gen)
+        # 3. rewards from the verifier, advantages per mode
+        texts = self.tok.batch_decode(ro.completion_ids.masked_fill(~ro.completion_mask,
+                                                                     self.tok.pad_token_id),
+                                      skip_special_tokens=True)
+        rewards = torch.tensor([distinct_names_reward(t, cfg.max_new_tokens) for t in texts])
+        adv = compute_advantages(rewards, cfg.group_size, cfg.advantage_mode)  # (B,)
+        # 4. trainer log-probs at the sampling temperature, the loss, one optimizer step
+        self.policy.train()
+        logp, logp_head = trainer_logprobs(self.policy, ro, cfg.temperature)
+        per_token, d = score_centered_pg_loss(
+            logp, logp_head, ro.sampler_logp, ro.head_logp, adv, ro.completion_mask,
+            weighting=self.weighting, centering=self.centering, tis_cap=cfg.tis_cap,
+            mis_band=tuple(cfg.mis_band))
+        loss = reduce_loss(per_token, ro.completion_mask)
+        if not torch.isfinite(loss):
+            raise ScrlError(f"non-finite loss at step {self.step}; last good checkpoint kept in "
+                            f"{self.out}")
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        clip = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), clip)
+        self.opt.step()
+        # 5. weight sync to the sampler
+        self.sampler.push_weights(self.policy.state_dict())
+        # 6. metrics over generated tokens
+        m = ro.completion_mask
+        lr_y = d["log_ratio"][m]  # log p − log q on sampled tokens
+        r = lr_y.exp()
+        lo, hi = cfg.mis_band
+        rec = dict(
+            step=self.step, reward=rewards.mean().item(), reward_std=rewards.std().item(),
+            completion_len=m.sum(1).float().mean().item(), loss=loss.item(),
+            kl_sampled=(-lr_y).mean().item(),  # k1 estimate of KL(q‖p) on sampled tokens
+            kl_k3=(r - 1 - lr_y).mean().item(),  # k3 estimate, ≥ 0
+            ratio_mean=r.mean().item(), ratio_min=r.min().item(), ratio_max=r.max().item(),
+            ratio_out_of_band=((r < lo) | (r > hi)).float().mean().item(),
+            head_mass_q=d["head_mass_q"][m].mean().item(), head_mass_p=d["head_mass_p"][m].mean().item(),
+            rho_mean=d["rho"][m].mean().item(), grad_norm=grad_norm.item(),
+            adv_mean=adv.mean().item(), seconds=time.time() - t0, fp8_backend=self.sampler.fp8_backend,
+        )
+        self.step += 1
+        return rec
+
+    def train(self) -> list:
+        """Run (or resume) to cfg.steps; append one JSON line per step; return all step records."""
+        from tqdm.auto import tqdm
+
+        self._resume()
+        bar = tqdm(total=self.cfg.steps, initial=self.step, desc=f"{self.cfg.arm}",
+                   disable=not self.cfg.progress, leave=False)
+        with open(self.metrics_path, "a") as f:
+            while self.step < self.cfg.steps:
+                rec = self.train_step()
+                f.write(json.dumps(rec) + "\n")
+                f.flush()
+                bar.update(1)
+                bar.set_postfix(reward=f"{rec['reward']:.3f}", kl=f"{rec['kl_sampled']:.4f}")
+                if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps:
+                    self._save_checkpoint()
+        bar.close()
+        return read_metrics(self.metrics_path)
+
+
+def train(cfg: TrainConfig) -> list:
+    """Run or resume one RL run described by `cfg`; returns its per-step metric records."""
+    return Trainer(cfg).train()
+
+
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+# Entry point
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+def main(argv=None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m scrl_min", description=__doc__.split("\n")[0])
+    for f in dataclasses.fields(TrainConfig):
+        if f.type in ("bool", bool):
+            ap.add_argument(f"--{f.name}", type=lambda s: s.lower() in ("1", "true", "yes"),
+                            default=f.default)
+        elif f.name == "mis_band":
+            ap.add_argument("--mis_band", type=float, nargs=2, default=f.default)
+        else:
+            ap.add_argument(f"--{f.name}", type=type(f.default), default=f.default)
+    cfg = TrainConfig(**vars(ap.parse_args(argv)))
+    recs = train(cfg)
+    last = recs[-min(20, len(recs)):]
+    print(f"{cfg.arm}: {len(recs)} steps, reward over the last {len(last)} steps "
+          f"{sum(r['reward'] for r in last) / max(1, len(last)):.3f}  ({cfg.out_dir}/metrics.jsonl)")

@@ -1,0 +1,68 @@
+"""Notebooks: house rules, the parameters-file check, and a headless smoke run of every notebook."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+RUNNER = [sys.executable, str(REPO / "scripts" / "run_notebooks.py")]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_house_rules(path):
+    nb = nbformat.read(path, as_version=4)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, "exactly one parameters cell"
+    for line in tagged[0].source.splitlines():
+        if "=" in line.split("#")[0]:
+            assert "  # " in line, f"parameter without a trailing comment: {line!r}"
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "!pip" not in code and "%pip" not in code and "from_pretrained(\"Qwen" not in code
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit notebooks clean"
+    assert nb.cells[0].cell_type == "markdown" and "CPU" in nb.cells[0].source  # states hardware + time
+
+
+def test_ci_parameters_name_real_parameters():
+    table = yaml.safe_load((REPO / "notebooks" / "ci_parameters.yaml").read_text())
+    sys.path.insert(0, str(REPO / "scripts"))
+    import run_notebooks
+
+    for stem, params in table.items():
+        run_notebooks.check_parameters(REPO / "notebooks" / f"{stem}.ipynb", params)
+
+
+def test_misspelled_parameter_fails_before_anything_runs(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("02_fp8_arms:\n  step: 3\n")
+    r = subprocess.run(RUNNER + ["--params", str(bad), "--out-dir", str(tmp_path / "out")],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode != 0
+    assert "unknown parameter(s) ['step']" in r.stderr + r.stdout
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    bad.write_text("99_nope:\n  steps: 3\n")
+    r = subprocess.run(RUNNER + ["--params", str(bad)], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode != 0 and "unknown notebook(s) ['99_nope']" in r.stderr + r.stdout
+
+
+@pytest.mark.slow
+def test_all_notebooks_run_headlessly_with_ci_parameters(tmp_path):
+    shutil.rmtree(REPO / "runs" / "ci", ignore_errors=True)
+    r = subprocess.run(RUNNER + ["--params", str(REPO / "notebooks" / "ci_parameters.yaml"),
+                                 "--out-dir", str(tmp_path)], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    figs = REPO / "runs" / "ci" / "figures"
+    for path in NOTEBOOKS:
+        assert (tmp_path / path.name).exists()
+        pngs = sorted(figs.glob(f"{path.stem[:3]}*.png"))  # figures are named NN_...
+        assert pngs and all(p.stat().st_size > 10_000 for p in pngs), f"{path.stem}: no figure"
+        for png in pngs:  # the numbers behind each figure, saved beside it
+            assert json.loads(png.with_suffix(".json").read_text())
+    final = json.loads((figs / "02_fp8_arms.json").read_text())["final"]
+    assert set(final) == {"raw/bf16", "raw/plain", "raw/sc", "raw/sc_mis"}
