@@ -3,7 +3,7 @@ from .core import (ADVANTAGE_MODES, ARMS, DEFAULT_MODEL_PATH, PYTHON_NAMES, WEIG
                    Rollout, RolloutError, ScrlError, TorchSampler, TrainConfig, Trainer, arm_settings,
                    compute_advantages, distinct_names_reward, gather_logprobs, importance_weight,
                    load_policy, make_task_dataset, quantize_fp8, read_metrics, reduce_loss,
-                   score_centered_pg_loss, tail_alpha, task_user_message, train, trainer_logprobs,
+                   score_centered_pg_loss, tail_alpha, task_user_message, train, train_many, trainer_logprobs,
                    validate_rollout)
 
 __all__ = [n for n in dir() if not n.startswith("_")]

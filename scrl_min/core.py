@@ -102,12 +102,14 @@ class TrainConfig:
     # --- the task and the rollout
     n_prompts: int = 64  # size of the task dataset
     prompts_per_step: int = 8  # distinct prompts per RL step
-    group_size: int = 8  # G: completions per prompt (a GRPO group)
+    group_size: int = 4  # G: completions per prompt (a GRPO group)
     max_new_tokens: int = 24  # completion length budget, tokens
+    names_target: int = 12  # distinct Python names in a completion that earn the full reward 1.0
     temperature: float = 1.0  # sampling temperature; the trainer divides its logits by the same
     top_k_logprobs: int = 128  # k: size of the sampler's head H (clipped to the vocabulary: min(128, V))
     # --- mismatch
     noise_std: float = 0.1  # σ: persistent relative weight noise on the sampler (mismatch arms only)
+    fp8_backend: str = "emulated"  # scaled_mm (torch._scaled_mm) | emulated (same e4m3 numbers, fp32 GEMM)
     staleness: int = 0  # s: the sampler's weights lag the trainer by s steps
     # --- the loss
     advantage_mode: str = "raw"  # raw (A = r) | signed (A = 2r − 1) | grpo ((r − mean_G) / std_G)
@@ -134,9 +136,9 @@ def arm_settings(arm: str) -> dict:
 # The task: "distinct Python names"
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 # Prompt: the start of a Python function. Completion: max_new_tokens tokens of code. Reward: the number
-# of *distinct* Python keywords and lowercase built-in names in the completion, over the token budget.
-# A model pretrained on Python source starts at 0.1-0.2 (code naturally uses `if`, `return`, `None`...)
-# and can learn to pack more distinct names in. The best policies are high-entropy (any order of many
+# of *distinct* Python keywords and lowercase built-in names in the completion over a target
+# (names_target, 12 for a 24-token completion), capped at 1. The embedded model starts near 0.15
+# (code naturally uses `if`, `return`, `None`...) and can learn to pack more distinct names in. The best policies are high-entropy (any order of many
 # names), so the sampler/trainer mismatch does not vanish as training sharpens the policy.
 PYTHON_NAMES = frozenset(keyword.kwlist) | frozenset(
     n for n in dir(builtins) if n.islower() and not n.startswith("_"))
@@ -176,10 +178,12 @@ def make_task_dataset(n_prompts: int = 64, seed: int = 0):
     return datasets.Dataset.from_list(rows)
 
 
-def distinct_names_reward(completion: str, budget: int) -> float:
-    """Verifier: |distinct keywords and lowercase builtins in `completion`| / budget, capped at 1."""
+def distinct_names_reward(completion: str, target: int) -> float:
+    """Verifier: |distinct keywords and lowercase builtins in `completion`| / target, capped at 1.
+
+    Names count as whole identifiers (`if` counts, `iff` and `bar_if` do not)."""
     names = {w for w in _IDENT.findall(completion) if w in PYTHON_NAMES}
-    return min(1.0, len(names) / budget)
+    return min(1.0, len(names) / target)
 
 
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
@@ -391,38 +395,39 @@ def quantize_fp8(x: torch.Tensor):
 class FP8Linear(nn.Module):
     """W8A8 Linear: e4m3 weights (per output channel scale), e4m3 activations (per token scale).
 
-    Input (..., in_features) any float dtype → output (..., out_features) bf16. Uses
-    `torch._scaled_mm` (CPU and GPU); if that kernel is unavailable, it dequantizes and multiplies in
-    float32, which gives the same rounding of weights and activations (recorded in `self.backend`).
+    Input (..., in_features) float → output (..., out_features) float32 holding bf16-rounded values
+    (FP8 GEMMs write bf16). Backends: "scaled_mm" multiplies the FP8 tensors with
+    `torch._scaled_mm` (the hardware path on GPUs; it also runs on CPU, about 4x slower there than
+    float32); "emulated" multiplies the *same* dequantized e4m3 values in float32 and rounds the
+    output to bf16, which gives the same numbers up to summation order (tests check this).
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool):
+    def __init__(self, in_features: int, out_features: int, bias: bool, backend: str = "scaled_mm"):
         super().__init__()
-        self.in_features, self.out_features = in_features, out_features
+        if backend not in ("scaled_mm", "emulated"):
+            raise ScrlError(f"unknown FP8 backend {backend!r}; choose scaled_mm or emulated")
+        self.in_features, self.out_features, self.backend = in_features, out_features, backend
         self.register_buffer("weight8", torch.zeros(out_features, in_features, dtype=FP8))
         self.register_buffer("weight_scale", torch.ones(out_features, 1))
-        self.register_buffer("bias", torch.zeros(out_features, dtype=torch.bfloat16) if bias else None)
-        self.backend = "scaled_mm"
+        self.register_buffer("bias", torch.zeros(out_features) if bias else None)
+        self._w_deq = None  # float32 copy of the dequantized weight, for the emulated backend
 
     @torch.no_grad()
     def set_weight(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> None:
         """Quantize a (out, in) float weight into this layer."""
         self.weight8, self.weight_scale = quantize_fp8(weight)
+        self._w_deq = self.weight8.float() * self.weight_scale  # (out, in)
         if bias is not None:
-            self.bias = bias.to(torch.bfloat16)
+            self.bias = bias.to(torch.bfloat16).float()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
-        x8, x_scale = quantize_fp8(x.reshape(-1, self.in_features))  # (M, in), (M, 1)
-        y = None
+        x8, x_scale = quantize_fp8(x.reshape(-1, self.in_features))  # (M, in) e4m3, (M, 1)
         if self.backend == "scaled_mm":
-            try:
-                y = torch._scaled_mm(x8, self.weight8.t(), scale_a=x_scale,
-                                     scale_b=self.weight_scale.t(), out_dtype=torch.bfloat16)
-            except (RuntimeError, NotImplementedError):
-                self.backend = "emulated"
-        if y is None:
-            y = ((x8.float() * x_scale) @ (self.weight8.float() * self.weight_scale).t()).bfloat16()
+            y = torch._scaled_mm(x8, self.weight8.t(), scale_a=x_scale,
+                                 scale_b=self.weight_scale.t(), out_dtype=torch.bfloat16).float()
+        else:  # same e4m3 operands, float32 accumulate, bf16 output rounding
+            y = ((x8.float() * x_scale) @ self._w_deq.t()).bfloat16().float()
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*lead, self.out_features)
@@ -486,15 +491,23 @@ def _noise_factors(state_dict: dict, std: float, seed: int) -> dict:
 
 
 class TorchSampler:
-    """The policy as a rollout engine: bf16, FP8 (W8A8 decoder Linears) or fp32, with optional
-    persistent weight noise (mismatch severity σ) and staleness s (weights lag by s pushes).
+    """The policy as a rollout engine, with optional persistent weight noise (mismatch severity σ)
+    and staleness s (weights lag by s pushes).
+
+    precision: "fp32" (an exact copy: on-policy) · "bf16" (weights rounded to bf16) · "fp8" (decoder
+    Linears W8A8 e4m3 via `FP8Linear`; embeddings, norms and the LM head bf16-rounded, as in vLLM's
+    FP8 checkpoints). Everything that is not an FP8 GEMM computes in float32: on CPUs without native
+    bf16, bf16 matmuls are ~10x slower than float32, and the rounding that matters for the mismatch
+    is the weights' and the FP8 operands'. fp8_backend: "scaled_mm" (torch._scaled_mm) or
+    "emulated" (same e4m3 values, float32 GEMM; ~3.5x faster on CPU), see `FP8Linear`.
 
     Usage: ``sampler.push_weights(trainer_model.state_dict())`` every step, then
-    ``sampler.generate(prompts, max_new_tokens)``.
+    ``sampler.generate(prompts, max_new_tokens, eos_id, pad_id)``.
     """
 
     def __init__(self, config, precision: str = "fp8", top_k: int = 128, temperature: float = 1.0,
-                 noise_std: float = 0.0, staleness: int = 0, seed: int = 0):
+                 noise_std: float = 0.0, staleness: int = 0, seed: int = 0,
+                 fp8_backend: str = "scaled_mm"):
         from transformers import AutoModelForCausalLM
 
         if precision not in PRECISIONS:
@@ -508,14 +521,14 @@ class TorchSampler:
         self.precision, self.k, self.temperature = precision, top_k, temperature
         self.noise_std, self.staleness, self.seed = noise_std, staleness, seed
         self.vocab_size = config.vocab_size
-        dtype = torch.float32 if precision == "fp32" else torch.bfloat16
-        self.model = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+        self.model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
         self.fp8_layers = {}
         if precision == "fp8":  # decoder Linears → FP8Linear; embeddings and LM head stay bf16
             for name, mod in list(self.model.named_modules()):
                 if isinstance(mod, nn.Linear) and ".layers." in f".{name}":
                     parent, child = name.rsplit(".", 1)
-                    fp8 = FP8Linear(mod.in_features, mod.out_features, mod.bias is not None)
+                    fp8 = FP8Linear(mod.in_features, mod.out_features, mod.bias is not None,
+                                    backend=fp8_backend)
                     setattr(self.model.get_submodule(parent), child, fp8)
                     self.fp8_layers[name] = fp8
         self._queue = deque(maxlen=staleness + 1)  # weights pushed, oldest first
@@ -555,7 +568,8 @@ class TorchSampler:
             if layer in self.fp8_layers and k.endswith(".weight"):
                 self.fp8_layers[layer].set_weight(v, sd.get(f"{layer}.bias"))
             elif not (layer in self.fp8_layers and k.endswith(".bias")):
-                rest[k] = v
+                # bf16 and fp8 samplers hold bf16-rounded weights outside the FP8 GEMMs
+                rest[k] = v if self.precision == "fp32" else v.to(torch.bfloat16).float()
         missing, unexpected = self.model.load_state_dict(rest, strict=False)
         missing = [m for m in missing if m.rsplit(".", 1)[0] not in self.fp8_layers]
         if unexpected or [m for m in missing if "lm_head" not in m]:
@@ -624,7 +638,7 @@ def load_policy(model: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = Path(model)
-    if not path.exists() and (model.startswith((".", "/", "~")) or path.suffix or len(path.parts) > 2):
+    if not path.exists() and (model.startswith((".", "/", "~")) or len(path.parts) > 2):
         raise ScrlError(f"model checkpoint not found: {model!r} (give a local directory with "
                         f"config.json and model.safetensors, or a Hugging Face model id)")
     try:
@@ -684,7 +698,7 @@ class Trainer:
         self.sampler = TorchSampler(
             self.policy.config, precision=arm["precision"], top_k=cfg.top_k_logprobs,
             temperature=cfg.temperature, noise_std=cfg.noise_std if arm["mismatch"] else 0.0,
-            staleness=cfg.staleness, seed=cfg.seed)
+            staleness=cfg.staleness, seed=cfg.seed, fp8_backend=cfg.fp8_backend)
         self.dataset = make_task_dataset(cfg.n_prompts, seed=cfg.seed)
         self.prompt_ids = [self._encode(p) for p in self.dataset["prompt"]]
         opt_cls = torch.optim.SGD if cfg.optimizer == "sgd" else torch.optim.Adam
@@ -753,7 +767,7 @@ class Trainer:
         texts = self.tok.batch_decode(ro.completion_ids.masked_fill(~ro.completion_mask,
                                                                      self.tok.pad_token_id),
                                       skip_special_tokens=True)
-        rewards = torch.tensor([distinct_names_reward(t, cfg.max_new_tokens) for t in texts])
+        rewards = torch.tensor([distinct_names_reward(t, cfg.names_target) for t in texts])
         adv = compute_advantages(rewards, cfg.group_size, cfg.advantage_mode)  # (B,)
         # 4. trainer log-probs at the sampling temperature, the loss, one optimizer step
         self.policy.train()
@@ -815,6 +829,39 @@ class Trainer:
 def train(cfg: TrainConfig) -> list:
     """Run or resume one RL run described by `cfg`; returns its per-step metric records."""
     return Trainer(cfg).train()
+
+
+def _train_one_thread(cfg: TrainConfig) -> list:
+    torch.set_num_threads(1)
+    return train(dataclasses.replace(cfg, progress=False))
+
+
+def train_many(configs: list, workers: int = 2) -> list:
+    """Run (or resume) several runs, `workers` at a time in separate processes of one CPU thread
+    each (small models use two cores better as two runs than as one run on two threads).
+
+    Returns the per-step records of each config, in order. A failed run raises after the others
+    finish, naming its out_dir; finished runs keep their metrics and checkpoints.
+    """
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    import multiprocessing as mp
+
+    from tqdm.auto import tqdm
+
+    if workers <= 1:
+        return [train(c) for c in configs]
+    results, errors = [None] * len(configs), []
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+        futs = {pool.submit(_train_one_thread, c): i for i, c in enumerate(configs)}
+        for fut in tqdm(as_completed(futs), total=len(futs), desc="runs"):
+            i = futs[fut]
+            try:
+                results[i] = fut.result()
+            except Exception as e:  # keep going: the other runs' results are worth keeping
+                errors.append(f"{configs[i].out_dir}: {type(e).__name__}: {e}")
+    if errors:
+        raise ScrlError("some runs failed:\n  " + "\n  ".join(errors))
+    return results
 
 
 # ═════════════════════════════════════════════════════════════════════════════════════════════════

@@ -21,20 +21,22 @@ weight noise on the sampler, drawn once (the paper's own small-scale recipe).
 baseline) E_q[A] > 0 at every prefix and the drift is a steady pull; with GRPO group-normalized
 advantages (`grpo`) E_q[A] is zero at the prompt but not deeper in the sequence.
 
-**Run time**: the default parameters take about 25 minutes on 2 CPU cores (no GPU); runs resume
-from their checkpoints if interrupted, and a finished run is not re-run.
+**Run time**: the default parameters take about __MIN__ minutes on 2 CPU cores (no GPU), two runs at a
+time; runs resume from their checkpoints if interrupted, and a finished run is not re-run.
 """),
 code("""# Parameters (papermill replaces this cell; CI shrinks it through notebooks/ci_parameters.yaml)
 model = "default"  # policy: "default" (embedded tiny Qwen3) or a local checkpoint path / HF model id
-arms = ["bf16", "plain", "tis", "mis", "sc", "sc_mis"]  # arms to run (see scrl_min.ARMS)
-advantage_modes = ["raw", "grpo"]  # raw: A is the reward; signed: 2r - 1; grpo: group-normalized
-seeds = [0]  # one run per seed per arm
-steps = 150  # RL steps per run
+arms = ["bf16", "plain", "tis", "mis", "sc", "sc_mis"]  # arms of the main setting: raw rewards, FP8 + noise
+compare_modes = ["signed", "grpo"]  # other advantage modes; signed: 2r - 1, grpo: group-normalized
+compare_arms = ["bf16", "plain", "sc"]  # arms run in each of compare_modes and in the FP8-only setting
+seeds = [0]  # one run per seed per (setting, arm)
+steps = 100  # RL steps per run
 prompts_per_step = 8  # distinct prompts per step
-group_size = 8  # G: completions per prompt
+group_size = 4  # G: completions per prompt
 max_new_tokens = 24  # completion budget, tokens
 noise_std = 0.1  # sigma: relative weight noise on the FP8 sampler (mismatch severity)
 lr = 0.5  # SGD learning rate
+workers = 2  # runs in parallel, one CPU thread each
 final_window = 30  # last steps averaged in the final-reward table
 smooth = 10  # moving-average window of the plotted curves, steps
 runs_dir = "runs/02_fp8_arms"  # run folders (metrics.jsonl, checkpoint.pt), relative to the repo root
@@ -44,33 +46,42 @@ code("""import json
 import numpy as np
 import matplotlib.pyplot as plt
 import scrl_min
-from scrl_min import TrainConfig, train
+from scrl_min import TrainConfig, train_many
 from scrl_min.core import REPO_ROOT, DEFAULT_MODEL_PATH
 
-for a in arms:
+for a in arms + compare_arms:
     scrl_min.arm_settings(a)  # fails fast, naming the valid arms, before any run starts
 model_path = str(DEFAULT_MODEL_PATH) if model == "default" else model
 fig_dir = REPO_ROOT / figures_dir
 fig_dir.mkdir(parents=True, exist_ok=True)
 print(f"policy: {model_path}")"""),
-md("""## Run every (advantage mode, arm, seed)
+md("""## Run every (setting, arm, seed)
 
-Each run writes `metrics.jsonl` (one line per step, written as it happens) and a checkpoint every 25
-steps into its own folder; re-running this cell continues unfinished runs and skips finished ones."""),
-code("""results = {}  # (mode, arm, seed) -> list of per-step records
-for mode in advantage_modes:
-    for arm in arms:
+Settings: the main one (raw rewards, FP8 + noise σ) with all arms; each of `compare_modes` with
+`compare_arms`; and "FP8 only" (raw rewards, σ = 0: FP8 rounding is the only mismatch). Each run
+writes `metrics.jsonl` (one line per step, as it happens) and a checkpoint every 25 steps into its own
+folder; re-running this cell continues unfinished runs and skips finished ones."""),
+code("""settings = {f"raw, σ={noise_std}": ("raw", noise_std, arms)}
+for mode in compare_modes:
+    settings[f"{mode}, σ={noise_std}"] = (mode, noise_std, compare_arms)
+settings["raw, FP8 only (σ=0)"] = ("raw", 0.0, compare_arms)
+
+jobs = []  # (setting, arm, seed, config); the bf16 reference has no noise, so σ=0 reuses raw's run
+for name, (mode, sigma, arm_list) in settings.items():
+    for arm in arm_list:
         for seed in seeds:
+            tag = f"{mode}-{arm}-s{seed}" if arm == "bf16" else f"{mode}-{arm}-n{sigma}-s{seed}"
             cfg = TrainConfig(model=model_path, arm=arm, seed=seed, steps=steps,
                               prompts_per_step=prompts_per_step, group_size=group_size,
-                              max_new_tokens=max_new_tokens, noise_std=noise_std, lr=lr,
-                              advantage_mode=mode,
-                              out_dir=str(REPO_ROOT / runs_dir / f"{mode}-{arm}-s{seed}"))
-            results[(mode, arm, seed)] = train(cfg)
-            last = results[(mode, arm, seed)][-final_window:]
-            print(f"{mode:6s} {arm:7s} seed {seed}: final reward {np.mean([r['reward'] for r in last]):.3f}"
-                  f"  KL(q||p) {np.mean([r['kl_sampled'] for r in last]):.4f}"
-                  f"  {sum(r['seconds'] for r in results[(mode, arm, seed)]):.0f}s")"""),
+                              max_new_tokens=max_new_tokens, noise_std=sigma, lr=lr,
+                              advantage_mode=mode, out_dir=str(REPO_ROOT / runs_dir / tag))
+            jobs.append((name, arm, seed, cfg))
+unique = {}
+for *_, cfg in jobs:
+    unique.setdefault(cfg.out_dir, cfg)
+records = dict(zip(unique, train_many(list(unique.values()), workers=workers)))
+results = {(name, arm, seed): records[cfg.out_dir] for name, arm, seed, cfg in jobs}
+print(f"{len(unique)} runs, {sum(r['seconds'] for recs in records.values() for r in recs) / 60:.1f} CPU-thread minutes")"""),
 md("""## Reward curves
 
 Mean reward of the batch per step (moving average over `smooth` steps; shaded: min-max over seeds).
@@ -85,47 +96,51 @@ code("""def movavg(x, w):
 
 colors = {"bf16": "black", "plain": "tab:red", "tis": "tab:orange", "mis": "tab:purple",
           "sc": "tab:blue", "sc_mis": "tab:green"}
-fig, axes = plt.subplots(2, len(advantage_modes), figsize=(6 * len(advantage_modes), 7),
-                         squeeze=False, sharex=True)
+fig, axes = plt.subplots(2, len(settings), figsize=(4.6 * len(settings), 7), squeeze=False, sharex=True)
 curves = {}
-for j, mode in enumerate(advantage_modes):
-    for arm in arms:
-        runs = [results[(mode, arm, s)] for s in seeds]
+for j, (name, (mode, sigma, arm_list)) in enumerate(settings.items()):
+    for arm in arm_list:
+        runs = [results[(name, arm, s)] for s in seeds]
         R = np.array([movavg([r["reward"] for r in run], smooth) for run in runs])
         K = np.array([movavg([r["kl_sampled"] for r in run], smooth) for run in runs])
         x = np.arange(R.shape[1])
-        axes[0, j].plot(x, R.mean(0), color=colors.get(arm), label=arm, lw=2 if arm in ("bf16", "sc") else 1.3)
+        lw = 2.2 if arm in ("bf16", "sc") else 1.3
+        axes[0, j].plot(x, R.mean(0), color=colors.get(arm), label=arm, lw=lw)
         axes[0, j].fill_between(x, R.min(0), R.max(0), color=colors.get(arm), alpha=0.15)
-        axes[1, j].plot(x, K.mean(0), color=colors.get(arm), label=arm)
-        curves[f"{mode}/{arm}"] = {"reward": [[r["reward"] for r in run] for run in runs],
-                                  "kl_sampled": [[r["kl_sampled"] for r in run] for run in runs]}
-    axes[0, j].set_title(f"advantage mode: {mode}")
-    axes[0, j].set_ylabel("reward (distinct names / budget)")
-    axes[1, j].set_ylabel("KL(q‖p) on sampled tokens")
+        axes[1, j].plot(x, K.mean(0), color=colors.get(arm), label=arm, lw=lw)
+        curves[f"{name}/{arm}"] = {k: [[r[k] for r in run] for run in runs]
+                                   for k in ("reward", "kl_sampled", "completion_len", "ratio_out_of_band")}
+    axes[0, j].set_title(name)
     axes[1, j].set_xlabel("RL step")
     axes[0, j].legend(fontsize=8)
-fig.suptitle(f"FP8 sampler (+ weight noise σ={noise_std}) vs bf16 reference, seeds {seeds}")
+axes[0, 0].set_ylabel("reward (distinct names / 12)")
+axes[1, 0].set_ylabel("KL(q‖p) on sampled tokens")
+fig.suptitle(f"Embedded tiny Qwen3, FP8 sampler vs bf16 reference ({steps} steps, seeds {seeds})")
 fig.tight_layout()
-fig.savefig(fig_dir / "02_fp8_arms.png", dpi=120)
+fig.savefig(fig_dir / "02_fp8_arms.png", dpi=110)
 plt.show()"""),
 md("""## Final rewards
 
-Mean reward over the last `final_window` steps of each run; mean ± std over seeds. Saved with the
-per-step curves in `figures/02_fp8_arms.json`."""),
+Mean reward over the last `final_window` steps of each run; mean ± std over seeds; the peak of the
+smoothed curve shows runs that rose and then fell. Saved with the per-step curves in
+`figures/02_fp8_arms.json`."""),
 code("""table = {}
-print(f"{'mode':7s}{'arm':8s}{'final reward':>14s}{'± std':>8s}{'KL(q||p)':>11s}   per seed")
-for mode in advantage_modes:
-    for arm in arms:
-        finals = [float(np.mean([r["reward"] for r in results[(mode, arm, s)][-final_window:]])) for s in seeds]
-        kl = float(np.mean([r["kl_sampled"] for s in seeds for r in results[(mode, arm, s)][-final_window:]]))
-        table[f"{mode}/{arm}"] = {"final_reward_mean": float(np.mean(finals)),
+print(f"{'setting':22s}{'arm':8s}{'final':>8s}{'± std':>8s}{'peak':>8s}{'KL(q||p)':>10s}   per seed")
+for name, (mode, sigma, arm_list) in settings.items():
+    for arm in arm_list:
+        runs = [results[(name, arm, s)] for s in seeds]
+        finals = [float(np.mean([r["reward"] for r in run[-final_window:]])) for run in runs]
+        peak = float(np.mean([movavg([r["reward"] for r in run], smooth).max() for run in runs]))
+        kl = float(np.mean([r["kl_sampled"] for run in runs for r in run[-final_window:]]))
+        table[f"{name}/{arm}"] = {"final_reward_mean": float(np.mean(finals)),
                                   "final_reward_std": float(np.std(finals)),
-                                  "final_reward_per_seed": finals, "kl_sampled_final": kl}
-        print(f"{mode:7s}{arm:8s}{np.mean(finals):14.3f}{np.std(finals):8.3f}{kl:11.4f}   "
+                                  "final_reward_per_seed": finals, "peak_smoothed": peak,
+                                  "kl_sampled_final": kl}
+        print(f"{name:22s}{arm:8s}{np.mean(finals):8.3f}{np.std(finals):8.3f}{peak:8.3f}{kl:10.4f}   "
               + " ".join(f"{f:.3f}" for f in finals))
-params = dict(model=model_path, arms=arms, advantage_modes=advantage_modes, seeds=seeds, steps=steps,
-              prompts_per_step=prompts_per_step, group_size=group_size, max_new_tokens=max_new_tokens,
-              noise_std=noise_std, lr=lr, final_window=final_window)
+params = dict(model=model_path, arms=arms, compare_modes=compare_modes, compare_arms=compare_arms,
+              seeds=seeds, steps=steps, prompts_per_step=prompts_per_step, group_size=group_size,
+              max_new_tokens=max_new_tokens, noise_std=noise_std, lr=lr, final_window=final_window)
 (fig_dir / "02_fp8_arms.json").write_text(json.dumps(
     {"parameters": params, "final": table, "curves": curves}, indent=1))
 print(f"saved {fig_dir / '02_fp8_arms.png'} and {fig_dir / '02_fp8_arms.json'}")"""),
