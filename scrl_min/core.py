@@ -61,6 +61,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL_PATH = REPO_ROOT / "models" / "qwen3-tiny-code"
 EMPTY_LOGP = -9000.0  # head log-probs at or below this (the -9999 stand-in, -inf) mark an empty slot
 RHO_EPS = 1e-6  # floor of the trainer's tail mass in ρ's denominator
+TAIL_TOL = 1e-5  # a sampler tail mass below this counts as zero (float32 rounding of Σ_H q)
 MAX_LOG_RATIO = 20.0  # |log r| is clipped here before exp, so weights stay finite (e^20 ≈ 4.9e8)
 
 
@@ -201,12 +202,12 @@ def gather_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float 
     if temperature <= 0:
         raise ScrlError(f"temperature must be > 0, got {temperature}")
     V = logits.shape[-1]
-    squeeze = ids.dim() == logits.dim() - 1
-    if squeeze:
-        ids = ids.unsqueeze(-1)
     if ids.numel() and (ids.min() < 0 or ids.max() >= V):
         bad = ((ids < 0) | (ids >= V)).nonzero()[0].tolist()
         raise ScrlError(f"id outside the vocabulary [0, {V}) at index {bad}")
+    squeeze = ids.dim() == logits.dim() - 1
+    if squeeze:
+        ids = ids.unsqueeze(-1)
     lead = ids.shape[:-1]
     flat_logits = logits.reshape(-1, V)
     flat_ids = ids.reshape(-1, ids.shape[-1])
@@ -267,7 +268,7 @@ def tail_alpha(rho: torch.Tensor, weighting: str, tis_cap: float = 2.0,
 
 def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, advantages, mask, *,
                            weighting: str = "none", centering: bool = True, tis_cap: float = 2.0,
-                           mis_band: tuple = (0.5, 5.0)):
+                           mis_band: tuple = (0.5, 5.0), tail_tol: Optional[float] = None):
     """Per-token score-centered policy-gradient loss (eq. SC above; method.md, "The top-k estimator").
 
     Args:
@@ -280,6 +281,9 @@ def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, adv
       mask:              (B, T) bool, True at generated tokens that carry loss
       weighting:         "none" | "is" | "tis" | "mis" | "icepop" (see `importance_weight`)
       centering:         subtract the centering term Σ_H c_v log p(v)
+      tail_tol:          a sampler tail 1 − Σ_H q at or below this is zero (ρ = 0); default
+                         max(1e-5, 8 ulp of the coarser input dtype), so bf16 rounding noise in a
+                         head that holds all the mass does not become a huge ρ
     Returns:
       (loss, diag): loss (B, T) float32, zero where mask is False; diag a dict of detached (B, T)
       float32 tensors: weight f(r_y), log_ratio log(p_y/q_y), rho ρ, head_mass_q Σ_H q,
@@ -287,6 +291,8 @@ def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, adv
     All coefficient arithmetic is float32 whatever the input dtype; nothing non-finite reaches the
     loss from -inf head slots or huge log-ratios. Raises ScrlError on shape mismatch or bad names.
     """
+    if logp.dim() != 2:
+        raise ScrlError(f"logp has shape {tuple(logp.shape)}, expected (B, T)")
     B, T = logp.shape
     for name, x, shape in [("logp_head", logp_head, None), ("sampler_logp", sampler_logp, (B, T)),
                            ("sampler_logp_head", sampler_logp_head, logp_head.shape),
@@ -299,7 +305,11 @@ def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, adv
         raise ScrlError(f"unknown weighting {weighting!r}; choose one of {WEIGHTINGS}")
     mask = mask.bool()
     A = advantages.detach().float()
-    A = A[:, None].expand(B, T) if A.dim() == 1 else A  # (B, T)
+    if A.dim() == 1 and A.shape[0] == B:
+        A = A[:, None]
+    if not (A.dim() == 2 and A.shape[0] == B and A.shape[1] in (1, T)):
+        raise ScrlError(f"advantages has shape {tuple(advantages.shape)}, expected ({B},) or ({B}, {T})")
+    A = torch.where(mask, A.expand(B, T), 0.0)  # (B, T); masked positions carry nothing, not even NaN
     logp32 = logp.float()
 
     # r_y = p_y / q_y in log space, then f(r_y)
@@ -308,22 +318,29 @@ def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, adv
     pg_term = w_y * logp32  # sg(f(r_y)) · log p(y_t)
 
     # Head: q_v, p_v on H; empty slots contribute nothing (where, never 0·−inf)
-    valid = sampler_logp_head > EMPTY_LOGP  # (B, T, k), False for -inf, -9999 and NaN
+    valid = sampler_logp_head > EMPTY_LOGP  # (B, T, k); False for -inf, -9999 and NaN
     lq = torch.where(valid, sampler_logp_head.float(), torch.zeros_like(sampler_logp_head.float()))
     lp = torch.where(valid, logp_head.detach().float(), torch.zeros_like(lq))
     q = torch.where(valid, lq.exp(), torch.zeros_like(lq))  # (B, T, k)
     p = torch.where(valid, lp.exp(), torch.zeros_like(lq))
     head_q, head_p = q.sum(-1), p.sum(-1)  # (B, T)
-    # ρ = (1 − Σ_H q)_+ / max(1 − Σ_H p, ε)
-    rho = (1.0 - head_q).clamp(min=0.0) / (1.0 - head_p).clamp(min=RHO_EPS)
+    # ρ = (1 − Σ_H q)_+ / max(1 − Σ_H p, ε). A sampler tail within rounding of zero (k = V, or a
+    # head with all the mass) is zero: otherwise ρ would be rounding noise over rounding noise.
+    tail_q, tail_p = 1.0 - head_q, 1.0 - head_p
+    if tail_tol is None:  # rounding of Σ_H q and Σ_H p is set by the coarser input dtype
+        tail_tol = max(TAIL_TOL, 8 * max(torch.finfo(sampler_logp_head.dtype).eps,
+                                         torch.finfo(logp_head.dtype).eps))
+    rho = torch.where(tail_q <= tail_tol, torch.zeros_like(tail_q),
+                      tail_q / tail_p.clamp(min=RHO_EPS))
     if centering:
         # m_v = q_v f(p_v / q_v)
         m = q * importance_weight(lp - lq, weighting, tis_cap, mis_band)
-        m = torch.where(valid, m, torch.zeros_like(m))
+        use = valid & mask[..., None]  # coefficients only at loss-carrying tokens: nothing leaks
+        m = torch.where(use, m, torch.zeros_like(m))
         # α = ρ f(1/ρ);  c_v = m_v − α p_v
         alpha = tail_alpha(rho, weighting, tis_cap, mis_band)  # (B, T)
-        c = torch.where(valid, m - alpha[..., None] * p, torch.zeros_like(m))  # (B, T, k)
-        lph = torch.where(valid, logp_head.float(), torch.zeros_like(lq))
+        c = torch.where(use, m - alpha[..., None] * p, torch.zeros_like(m))  # (B, T, k)
+        lph = torch.where(use, logp_head.float(), torch.zeros_like(lq))
         center_term = (c * lph).sum(-1)  # Σ_H sg(c_v) log p(v)
         pg_term = pg_term - center_term
     loss = torch.where(mask, -A * pg_term, torch.zeros_like(pg_term))
@@ -363,6 +380,8 @@ def compute_advantages(rewards: torch.Tensor, group_size: int, mode: str) -> tor
     if mode == "signed":
         return 2.0 * rewards - 1.0
     if mode == "grpo":
+        if group_size < 2:
+            raise ScrlError(f"grpo advantages need group_size >= 2, got {group_size}")
         if rewards.numel() % group_size:
             raise ScrlError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
         g = rewards.view(-1, group_size)
