@@ -107,7 +107,7 @@ class TrainConfig:
     max_new_tokens: int = 24  # completion length budget, tokens
     names_target: int = 12  # distinct Python names in a completion that earn the full reward 1.0
     temperature: float = 1.0  # sampling temperature; the trainer divides its logits by the same
-    top_k_logprobs: int = 128  # k: size of the sampler's head H (clipped to the vocabulary: min(128, V))
+    top_k_logprobs: Optional[int] = None  # k: size of the sampler's head H; None means min(128, V)
     # --- mismatch
     noise_std: float = 0.1  # σ: persistent relative weight noise on the sampler (mismatch arms only)
     fp8_backend: str = "emulated"  # scaled_mm (torch._scaled_mm) | emulated (same e4m3 numbers, fp32 GEMM)
@@ -711,11 +711,12 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.policy, self.tok = load_policy(cfg.model)
         V = self.policy.config.vocab_size
-        if cfg.top_k_logprobs > V:
+        k = min(128, V) if cfg.top_k_logprobs is None else cfg.top_k_logprobs
+        if k > V:
             raise ScrlError(f"top_k_logprobs k={cfg.top_k_logprobs} is larger than the vocabulary "
                             f"({V} tokens)")
         self.sampler = TorchSampler(
-            self.policy.config, precision=arm["precision"], top_k=cfg.top_k_logprobs,
+            self.policy.config, precision=arm["precision"], top_k=k,
             temperature=cfg.temperature, noise_std=cfg.noise_std if arm["mismatch"] else 0.0,
             staleness=cfg.staleness, seed=cfg.seed, fp8_backend=cfg.fp8_backend)
         self.dataset = make_task_dataset(cfg.n_prompts, seed=cfg.seed)
@@ -896,6 +897,8 @@ def main(argv=None) -> None:
                             default=f.default)
         elif f.name == "mis_band":
             ap.add_argument("--mis_band", type=float, nargs=2, default=f.default)
+        elif f.name == "top_k_logprobs":
+            ap.add_argument("--top_k_logprobs", type=int, default=None)
         else:
             ap.add_argument(f"--{f.name}", type=type(f.default), default=f.default)
     cfg = TrainConfig(**vars(ap.parse_args(argv)))

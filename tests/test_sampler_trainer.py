@@ -266,3 +266,22 @@ def test_resume_refuses_a_different_config(tmp_path):
     Trainer(TrainConfig(arm="sc", steps=2, out_dir=str(tmp_path), **SMALL)).train()
     with pytest.raises(ScrlError, match="different config"):
         Trainer(TrainConfig(arm="tis", steps=3, out_dir=str(tmp_path), **SMALL)).train()
+
+
+def test_any_local_checkpoint_works_in_place_of_the_default(tmp_path):
+    """A different Qwen3 (random weights, vocab < 128 so k defaults to V) saved to a folder trains."""
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(str(DEFAULT_MODEL_PATH))
+    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                      tie_word_embeddings=False, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    Qwen3ForCausalLM(cfg).save_pretrained(tmp_path / "ckpt")
+    tok.save_pretrained(tmp_path / "ckpt")
+    tr = Trainer(TrainConfig(model=str(tmp_path / "ckpt"), arm="sc", steps=2,
+                             out_dir=str(tmp_path / "run"), **{**SMALL, "top_k_logprobs": None}))
+    assert tr.sampler.k == min(128, len(tok))
+    recs = tr.train()
+    assert len(recs) == 2 and all(r["head_mass_q"] <= 1.0 + 1e-4 for r in recs)
