@@ -478,8 +478,9 @@ class Rollout:
 def validate_rollout(ro: Rollout, vocab_size: int) -> None:
     """Check the sampler contract; raise RolloutError naming the first bad (sequence, position).
 
-    Checks: ids inside [0, V); sampled and head log-probs finite-or-empty, not NaN, <= 0 (rounding
-    tolerance 1e-4); head mass Σ_H q <= 1 + 1e-3.
+    Checks: ids inside [0, V); the sampled token's log-prob present (finite, not the -9999 stand-in),
+    not NaN, <= 0 (rounding tolerance 1e-4); head log-probs not NaN, <= 0; no id twice in a head
+    row; head mass Σ_H q <= 1 + 1e-3. Only generated positions (completion_mask) are checked.
     """
     m = ro.completion_mask
 
@@ -491,13 +492,17 @@ def validate_rollout(ro: Rollout, vocab_size: int) -> None:
     first(m & ((ro.completion_ids < 0) | (ro.completion_ids >= vocab_size)), "sampled id outside "
           f"the vocabulary [0, {vocab_size})")
     first(m & torch.isnan(ro.sampler_logp), "NaN sampler log-prob")
-    first(m & ~torch.isfinite(ro.sampler_logp), "non-finite sampler log-prob of the sampled token")
+    first(m & (~torch.isfinite(ro.sampler_logp) | (ro.sampler_logp <= EMPTY_LOGP)),
+          "missing (non-finite or stand-in) sampler log-prob of the sampled token")
     first(m & (ro.sampler_logp > 1e-4), "positive sampler log-prob")
     valid = ro.head_logp > EMPTY_LOGP
     first(m & torch.isnan(ro.head_logp).any(-1), "NaN in the sampler's top-k log-probs")
     first(m & (valid & ((ro.head_ids < 0) | (ro.head_ids >= vocab_size))).any(-1),
           f"head id outside the vocabulary [0, {vocab_size})")
     first(m & (valid & (ro.head_logp > 1e-4)).any(-1), "positive log-prob in the sampler's head")
+    ids = torch.where(valid, ro.head_ids, -1 - torch.arange(ro.head_ids.shape[-1]))  # empties distinct
+    srt = ids.sort(-1).values
+    first(m & (srt[..., 1:] == srt[..., :-1]).any(-1), "duplicated id in the sampler's head")
     head_mass = torch.where(valid, ro.head_logp.exp(), torch.zeros_like(ro.head_logp)).sum(-1)
     first(m & (head_mass > 1 + 1e-3), "sampler head mass above 1")
 

@@ -196,6 +196,18 @@ def test_validate_rollout_names_sequence_and_position():
     with pytest.raises(RolloutError, match="outside the vocabulary.*sequence 0, completion position 1"):
         validate_rollout(ro, 10)
     ro = _fake_rollout()
+    ro.head_ids[1, 0, 2] = ro.head_ids[1, 0, 0]
+    with pytest.raises(RolloutError, match="duplicated id in the sampler's head at sequence 1, "
+                                           "completion position 0"):
+        validate_rollout(ro, 10)
+    ro = _fake_rollout()
+    ro.head_logp[0, 1, 2:] = float("-inf")  # empty slots may repeat any id
+    ro.head_ids[0, 1, 2:] = 0
+    validate_rollout(ro, 10)
+    ro.sampler_logp[0, 2] = -9999.0
+    with pytest.raises(RolloutError, match="missing .* sampled token at sequence 0, completion position 2"):
+        validate_rollout(ro, 10)
+    ro = _fake_rollout()
     ro.head_logp[0, 0] = -0.1  # four entries of mass 0.9 each
     with pytest.raises(RolloutError, match="head mass above 1 at sequence 0"):
         validate_rollout(ro, 10)
