@@ -659,7 +659,9 @@ class TorchSampler:
 def load_policy(model: str):
     """(model in float32, tokenizer) from a local path or HF model id. Raises ScrlError if missing."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # a bar per load clutters logs of many short runs
     path = Path(model)
     if not path.exists() and (model.startswith((".", "/", "~")) or len(path.parts) > 2):
         raise ScrlError(f"model checkpoint not found: {model!r} (give a local directory with "

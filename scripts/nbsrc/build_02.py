@@ -138,7 +138,7 @@ for name, (mode, sigma, arm_list) in settings.items():
                                   "kl_sampled_final": kl}
         print(f"{name:22s}{arm:8s}{np.mean(finals):8.3f}{np.std(finals):8.3f}{peak:8.3f}{kl:10.4f}   "
               + " ".join(f"{f:.3f}" for f in finals))
-params = dict(model=model_path, arms=arms, compare_modes=compare_modes, compare_arms=compare_arms,
+params = dict(model=model, arms=arms, compare_modes=compare_modes, compare_arms=compare_arms,
               seeds=seeds, steps=steps, prompts_per_step=prompts_per_step, group_size=group_size,
               max_new_tokens=max_new_tokens, noise_std=noise_std, lr=lr, final_window=final_window)
 (fig_dir / "02_fp8_arms.json").write_text(json.dumps(
