@@ -867,7 +867,9 @@ def train_many(configs: list, workers: int = 2) -> list:
     each (small models use two cores better as two runs than as one run on two threads).
 
     Returns the per-step records of each config, in order. A failed run raises after the others
-    finish, naming its out_dir; finished runs keep their metrics and checkpoints.
+    finish, naming its out_dir; finished runs keep their metrics and checkpoints. Workers are
+    spawned, so a script that calls this needs the ``if __name__ == "__main__":`` guard
+    (notebooks do not).
     """
     from concurrent.futures import ProcessPoolExecutor, as_completed
     import multiprocessing as mp
