@@ -160,7 +160,12 @@ lr 0.5 swing by ±0.1 from step to step, so only gaps larger than that mean anyt
   reward 0 (by steps ~25 and ~12), SC climbs to 0.74. Because the no-mismatch reference collapses too,
   this is not the mismatch drift alone: mostly-negative advantages at lr 0.5 are unstable on their own.
   Per token, the centered logit update A(e_y − q) differs from the reference's A(e_y − p) only by the
-  mismatch, so one seed cannot tell SC's survival from luck; treat it as a question, not a result.
+  mismatch, so one seed cannot tell SC's survival from luck. `scripts/seed_check.py` reran seeds 1
+  and 2: SC ends at 0.74 / 0.72 / 0.62, the reference at 0.00 / 0.60 / 0.00, plain at 0.00 / 0.08 /
+  0.58. SC's survival holds over three seeds, and the reference's collapse is seed-dependent. Drift
+  removal does not explain it (the reference has none); it is an open question.
+* **Seed check, raw rewards** (seeds 0, 1, 2): plain 0.19 / 0.19 / 0.17, reference 0.38 / 0.17 / 0.27,
+  SC 0.41 / 0.37 / 0.32. Plain is lowest in every seed; SC at or above the reference in every seed.
 * **GRPO (group-normalized).** Reference 0.49, plain 0.37, SC 0.37: no separation between plain and SC
   in 100 steps. Group centering makes E[A] = 0 at the prompt, which removes most of the drift there
   (not deeper in the sequence), as the pilot in issue 2 predicted.
