@@ -138,8 +138,9 @@ def arm_settings(arm: str) -> dict:
 # Prompt: the start of a Python function. Completion: max_new_tokens tokens of code. Reward: the number
 # of *distinct* Python keywords and lowercase built-in names in the completion over a target
 # (names_target, 12 for a 24-token completion), capped at 1. The embedded model starts near 0.15
-# (code naturally uses `if`, `return`, `None`...) and can learn to pack more distinct names in. The best policies are high-entropy (any order of many
-# names), so the sampler/trainer mismatch does not vanish as training sharpens the policy.
+# (code naturally uses `if`, `return`, `None`...) and can learn to pack more distinct names in. The
+# best policies are high-entropy (any order of many names), so the sampler/trainer mismatch does not
+# vanish as training sharpens the policy.
 PYTHON_NAMES = frozenset(keyword.kwlist) | frozenset(
     n for n in dir(builtins) if n.islower() and not n.startswith("_"))
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -220,7 +221,7 @@ def gather_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float 
 
 def importance_weight(log_ratio: torch.Tensor, weighting: str, tis_cap: float = 2.0,
                       mis_band: tuple = (0.5, 5.0)) -> torch.Tensor:
-    """f(r) of method.md's table, from log r = log p − log q (any shape; float32 out, finite).
+    """f(r) of the paper's head/tail coefficient table, from log r = log p − log q (any shape; float32 out, finite).
 
     none: 1 · is: r · tis: min(r, C) · mis: r·1[lo ≤ r ≤ hi] · icepop: 1[lo ≤ r ≤ hi]
     ("icepop" keeps the *unit* weight inside the band; "mis" keeps r itself.) Raises ScrlError.
@@ -245,7 +246,7 @@ def importance_weight(log_ratio: torch.Tensor, weighting: str, tis_cap: float = 
 
 def tail_alpha(rho: torch.Tensor, weighting: str, tis_cap: float = 2.0,
                mis_band: tuple = (0.5, 5.0)) -> torch.Tensor:
-    """α = ρ · f(1/ρ): the tail's weighted mass per unit of trainer tail mass (method.md's table).
+    """α = ρ · f(1/ρ): the tail's weighted mass per unit of trainer tail mass (same table).
 
     rho: any shape, >= 0, finite. none: ρ · is: 1 · tis: min(1, Cρ) · mis: 1[1/hi ≤ ρ ≤ 1/lo]
     · icepop: ρ · 1[1/hi ≤ ρ ≤ 1/lo]. Raises ScrlError for an unknown weighting.
@@ -268,7 +269,7 @@ def tail_alpha(rho: torch.Tensor, weighting: str, tis_cap: float = 2.0,
 def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, advantages, mask, *,
                            weighting: str = "none", centering: bool = True, tis_cap: float = 2.0,
                            mis_band: tuple = (0.5, 5.0), tail_tol: Optional[float] = None):
-    """Per-token score-centered policy-gradient loss (eq. SC above; method.md, "The top-k estimator").
+    """Per-token score-centered policy-gradient loss (eq. SC in the module docstring).
 
     Args:
       logp:              (B, T)    trainer log-probs of the sampled tokens, at the sampling T (grad)
@@ -434,7 +435,8 @@ class FP8Linear(nn.Module):
     def set_weight(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> None:
         """Quantize a (out, in) float weight into this layer."""
         self.weight8, self.weight_scale = quantize_fp8(weight)
-        self._w_deq = self.weight8.float() * self.weight_scale  # (out, in)
+        if self.backend == "emulated":  # scaled_mm reads weight8 directly
+            self._w_deq = self.weight8.float() * self.weight_scale  # (out, in)
         if bias is not None:
             self.bias = bias.to(torch.bfloat16).float()
 
