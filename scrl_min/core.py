@@ -221,7 +221,9 @@ def gather_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float 
 
 def importance_weight(log_ratio: torch.Tensor, weighting: str, tis_cap: float = 2.0,
                       mis_band: tuple = (0.5, 5.0)) -> torch.Tensor:
-    """f(r) of the paper's head/tail coefficient table, from log r = log p − log q (any shape; float32 out, finite).
+    """f(r) of the paper's head/tail coefficient table, from log r = log p − log q.
+
+    Any shape; float32 out, always finite.
 
     none: 1 · is: r · tis: min(r, C) · mis: r·1[lo ≤ r ≤ hi] · icepop: 1[lo ≤ r ≤ hi]
     ("icepop" keeps the *unit* weight inside the band; "mis" keeps r itself.) Raises ScrlError.
