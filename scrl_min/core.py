@@ -76,6 +76,7 @@ class RolloutError(ScrlError):
 # Configs
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 WEIGHTINGS = ("none", "is", "tis", "mis", "icepop")
+LEVELS = ("token", "sequence")  # where the importance weight applies: per token, or per sequence (GSPO)
 ADVANTAGE_MODES = ("raw", "signed", "grpo")
 PRECISIONS = ("fp8", "bf16", "fp32")
 
@@ -190,33 +191,87 @@ def distinct_names_reward(completion: str, target: int) -> float:
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 # The loss
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
+def _chunk_logprobs(z: torch.Tensor, ids: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log softmax(z / T) at ids for one chunk of rows: z (n, V), ids (n, m) → (n, m) float32."""
+    z = z.float() / temperature
+    return z.gather(-1, ids) - torch.logsumexp(z, -1, keepdim=True)
+
+
+def _chunk_head_logprobs(h: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor,
+                         temperature: float) -> torch.Tensor:
+    """Logits h @ Wᵀ of one chunk of rows, then log-probs at ids: (n, H), (n, m), (V, H) → (n, m)."""
+    return _chunk_logprobs(h @ weight.T, ids, temperature)
+
+
+def _check_ids(ids: torch.Tensor, V: int) -> None:
+    if ids.numel() and (ids.min() < 0 or ids.max() >= V):
+        bad = ((ids < 0) | (ids >= V)).nonzero()[0].tolist()
+        raise ScrlError(f"id outside the vocabulary [0, {V}) at index {bad}")
+
+
+def _chunked(fn, rows: torch.Tensor, ids: torch.Tensor, chunk_size: int, *extra) -> torch.Tensor:
+    """Apply fn(rows[chunk], ids[chunk], *extra) chunk by chunk. Under autograd each chunk is
+    checkpointed: its (chunk × V) intermediates are freed after the forward and recomputed in the
+    backward, so at most one chunk of (tokens × vocab) floats is alive at a time."""
+    from torch.utils.checkpoint import checkpoint
+
+    grad = torch.is_grad_enabled() and (rows.requires_grad or any(
+        isinstance(e, torch.Tensor) and e.requires_grad for e in extra))
+    out = []
+    for s in range(0, rows.shape[0], chunk_size):
+        args = (rows[s:s + chunk_size], ids[s:s + chunk_size], *extra)
+        out.append(checkpoint(fn, *args, use_reentrant=False) if grad else fn(*args))
+    return torch.cat(out) if out else rows.new_zeros((0, ids.shape[-1]), dtype=torch.float32)
+
+
 def gather_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0,
                     chunk_size: int = 4096) -> torch.Tensor:
     """Log-probs log softmax(logits / T) at `ids`, in float32, a chunk of rows at a time.
 
     logits: (..., V) any float dtype; ids: (...) or (..., k) long. Returns (...) or (..., k) float32.
-    log p(v) = z_v − logsumexp(z), z = logits / T, computed per chunk of `chunk_size` rows so no
-    (rows × V) float32 log-softmax is built beyond one chunk. Ids of empty slots may be any valid id.
-    Raises ScrlError if an id is outside [0, V) or T <= 0.
+    log p(v) = z_v − logsumexp(z), z = logits / T. Each chunk of `chunk_size` rows is upcast, reduced
+    and (under autograd) checkpointed, so beyond the caller's logits no more than one chunk of
+    (rows × V) float32 is ever alive, in the forward or the backward. When even the logits are too
+    big, use `lm_head_logprobs`, which starts from hidden states. Ids of empty slots may be any
+    valid id. Raises ScrlError if an id is outside [0, V) or T <= 0.
     """
     if temperature <= 0:
         raise ScrlError(f"temperature must be > 0, got {temperature}")
     V = logits.shape[-1]
-    if ids.numel() and (ids.min() < 0 or ids.max() >= V):
-        bad = ((ids < 0) | (ids >= V)).nonzero()[0].tolist()
-        raise ScrlError(f"id outside the vocabulary [0, {V}) at index {bad}")
+    _check_ids(ids, V)
     squeeze = ids.dim() == logits.dim() - 1
     if squeeze:
         ids = ids.unsqueeze(-1)
     lead = ids.shape[:-1]
-    flat_logits = logits.reshape(-1, V)
-    flat_ids = ids.reshape(-1, ids.shape[-1])
-    out = []
-    for s in range(0, flat_logits.shape[0], chunk_size):
-        z = flat_logits[s:s + chunk_size].float() / temperature  # (chunk, V)
-        out.append(z.gather(-1, flat_ids[s:s + chunk_size]) - torch.logsumexp(z, -1, keepdim=True))
-    logp = torch.cat(out).reshape(*lead, ids.shape[-1])
+    logp = _chunked(_chunk_logprobs, logits.reshape(-1, V), ids.reshape(-1, ids.shape[-1]),
+                    chunk_size, temperature)
+    logp = logp.reshape(*lead, ids.shape[-1])
     return logp.squeeze(-1) if squeeze else logp
+
+
+def lm_head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor,
+                     temperature: float = 1.0, chunk_size: int = 1024) -> torch.Tensor:
+    """Log-probs at `ids` straight from the last hidden states and the LM head, chunked.
+
+    hidden: (..., H) final-norm hidden states; weight: (V, H) LM-head matrix; ids: (..., m) long.
+    Returns (..., m) float32 log softmax(hidden @ Wᵀ / T) at ids, with gradients to hidden and weight.
+    The (tokens × V) logits are never materialized: each chunk of `chunk_size` rows computes its
+    logits, reduces them to m values and is checkpointed, so peak extra memory is about
+    chunk_size × V floats (the trainer-side memory bound behind the top-k estimator at a vocab of
+    150k). Raises ScrlError on an id outside [0, V), T <= 0 or mismatched hidden sizes.
+    """
+    if temperature <= 0:
+        raise ScrlError(f"temperature must be > 0, got {temperature}")
+    if hidden.shape[-1] != weight.shape[-1] or weight.dim() != 2:
+        raise ScrlError(f"hidden (..., {hidden.shape[-1]}) does not match LM head weight "
+                        f"{tuple(weight.shape)}, expected (V, {hidden.shape[-1]})")
+    _check_ids(ids, weight.shape[0])
+    if ids.shape[:-1] != hidden.shape[:-1]:
+        raise ScrlError(f"ids {tuple(ids.shape)} do not match hidden {tuple(hidden.shape)} (..., m)")
+    lead = ids.shape[:-1]
+    logp = _chunked(_chunk_head_logprobs, hidden.reshape(-1, hidden.shape[-1]),
+                    ids.reshape(-1, ids.shape[-1]), chunk_size, weight, temperature)
+    return logp.reshape(*lead, ids.shape[-1])
 
 
 def importance_weight(log_ratio: torch.Tensor, weighting: str, tis_cap: float = 2.0,
@@ -268,9 +323,17 @@ def tail_alpha(rho: torch.Tensor, weighting: str, tis_cap: float = 2.0,
     raise ScrlError(f"unknown weighting {weighting!r}; choose one of {WEIGHTINGS}")
 
 
+def _first_bad(bad: torch.Tensor) -> str:
+    """'sequence b, position t' of the first True in a (B, T) bool tensor."""
+    b, t = bad.nonzero()[0].tolist()[:2]
+    return f"sequence {b}, position {t}"
+
+
 def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, advantages, mask, *,
                            weighting: str = "none", centering: bool = True, tis_cap: float = 2.0,
-                           mis_band: tuple = (0.5, 5.0), tail_tol: Optional[float] = None):
+                           mis_band: tuple = (0.5, 5.0), level: str = "token",
+                           exact_support: bool = False, old_logp=None, old_logp_head=None,
+                           ppo_clip: tuple = (0.2, 0.2), tail_tol: Optional[float] = None):
     """Per-token score-centered policy-gradient loss (eq. SC in the module docstring).
 
     Args:
@@ -283,28 +346,54 @@ def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, adv
       mask:              (B, T) bool, True at generated tokens that carry loss
       weighting:         "none" | "is" | "tis" | "mis" | "icepop" (see `importance_weight`)
       centering:         subtract the centering term Σ_H c_v log p(v)
+      level:             "token": f(r) per token (the table) · "sequence" (GSPO-style): one weight
+                         f(s_i) per sequence, s_i = exp(mean_t log r_t) over its masked tokens, that
+                         multiplies the whole per-token score, centering included; the centering
+                         coefficients are then unweighted, c_v = q_v − ρ p_v
+      exact_support:     the sampler drew from H itself (top-k/top-p filtering, or a head holding all
+                         the mass): sampler_logp_head is normalized over H (Σ_H q = 1, checked), the
+                         trainer is renormalized over H, p̃_v = p_v / Σ_H p, and centering is exact
+                         over H (ρ = 0). The sampled token must be in H (`validate_rollout(...,
+                         exact_support=True)` checks it)
+      old_logp, old_logp_head: (B, T), (B, T, k) trainer log-probs when the rollout was taken (the
+                         proximal policy of PPO). Given together, they turn on PPO-style clipping:
+                         π = p/p_old per token (per sequence at level="sequence", as in GSPO), a
+                         token whose surrogate min(πA, clip(π, 1−ε_lo, 1+ε_hi)A) is on its clipped
+                         branch carries no gradient, and the others are scaled by π, centering
+                         included; the importance weights and the coefficients then use p_old
+                         (decoupled PPO). With old = current (π = 1) the loss equals the unclipped one.
+      ppo_clip:          (ε_lo, ε_hi) of the PPO clip, used only with old_logp
       tail_tol:          a sampler tail 1 − Σ_H q at or below this is zero (ρ = 0); default
                          max(1e-5, 8 ulp of the coarser input dtype), so bf16 rounding noise in a
                          head that holds all the mass does not become a huge ρ
     Returns:
-      (loss, diag): loss (B, T) float32, zero where mask is False; diag a dict of detached (B, T)
-      float32 tensors: weight f(r_y), log_ratio log(p_y/q_y), rho ρ, head_mass_q Σ_H q,
-      head_mass_p Σ_H p.
+      (loss, diag): loss (B, T) float32, zero where mask is False, in score-function form
+      −A · sg(weights) · log p (its gradient is the method's; its value is not a PPO surrogate); diag a
+      dict of detached (B, T) float32 tensors: weight (the total factor on the sampled token's score),
+      log_ratio log(p_y/q_y), rho ρ, head_mass_q Σ_H q, head_mass_p Σ_H p, and with old_logp also
+      ppo_ratio π and clipped (1.0 where the clip removed the token's gradient).
     All coefficient arithmetic is float32 whatever the input dtype; nothing non-finite reaches the
-    loss from -inf head slots or huge log-ratios. Raises ScrlError on shape mismatch or bad names.
+    loss from -inf head slots or huge log-ratios. Raises ScrlError on a shape mismatch, a bad name, or
+    (exact_support) a head whose sampler mass is not 1, naming the sequence and position.
     """
+    # ── checks ──────────────────────────────────────────────────────────────────────────────────
     if logp.dim() != 2:
         raise ScrlError(f"logp has shape {tuple(logp.shape)}, expected (B, T)")
     B, T = logp.shape
-    for name, x, shape in [("logp_head", logp_head, None), ("sampler_logp", sampler_logp, (B, T)),
-                           ("sampler_logp_head", sampler_logp_head, logp_head.shape),
-                           ("mask", mask, (B, T))]:
-        if shape is not None and tuple(x.shape) != tuple(shape):
-            raise ScrlError(f"{name} has shape {tuple(x.shape)}, expected {tuple(shape)}")
     if logp_head.dim() != 3 or logp_head.shape[:2] != (B, T):
         raise ScrlError(f"logp_head has shape {tuple(logp_head.shape)}, expected ({B}, {T}, k)")
+    if (old_logp is None) != (old_logp_head is None):
+        raise ScrlError("old_logp and old_logp_head go together (PPO clipping needs both)")
+    for name, x, shape in [("sampler_logp", sampler_logp, (B, T)),
+                           ("sampler_logp_head", sampler_logp_head, logp_head.shape),
+                           ("mask", mask, (B, T)), ("old_logp", old_logp, (B, T)),
+                           ("old_logp_head", old_logp_head, logp_head.shape)]:
+        if x is not None and tuple(x.shape) != tuple(shape):
+            raise ScrlError(f"{name} has shape {tuple(x.shape)}, expected {tuple(shape)}")
     if weighting not in WEIGHTINGS:
         raise ScrlError(f"unknown weighting {weighting!r}; choose one of {WEIGHTINGS}")
+    if level not in LEVELS:
+        raise ScrlError(f"unknown level {level!r}; choose one of {LEVELS}")
     mask = mask.bool()
     A = advantages.detach().float()
     if A.dim() == 1 and A.shape[0] == B:
@@ -312,42 +401,83 @@ def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, adv
     if not (A.dim() == 2 and A.shape[0] == B and A.shape[1] in (1, T)):
         raise ScrlError(f"advantages has shape {tuple(advantages.shape)}, expected ({B},) or ({B}, {T})")
     A = torch.where(mask, A.expand(B, T), 0.0)  # (B, T); masked positions carry nothing, not even NaN
-    logp32 = logp.float()
 
-    # r_y = p_y / q_y in log space, then f(r_y)
-    log_ratio = (logp32.detach() - sampler_logp.float()).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
-    w_y = importance_weight(log_ratio, weighting, tis_cap, mis_band)  # (B, T)
-    pg_term = w_y * logp32  # sg(f(r_y)) · log p(y_t)
-
-    # Head: q_v, p_v on H; empty slots contribute nothing (where, never 0·−inf)
+    # ── head: q_v and p_v on H; empty slots contribute nothing (where, never 0·−inf) ──────────────
     valid = sampler_logp_head > EMPTY_LOGP  # (B, T, k); False for -inf, -9999 and NaN
-    lq = torch.where(valid, sampler_logp_head.float(), torch.zeros_like(sampler_logp_head.float()))
-    lp = torch.where(valid, logp_head.detach().float(), torch.zeros_like(lq))
-    q = torch.where(valid, lq.exp(), torch.zeros_like(lq))  # (B, T, k)
-    p = torch.where(valid, lp.exp(), torch.zeros_like(lq))
-    head_q, head_p = q.sum(-1), p.sum(-1)  # (B, T)
-    # ρ = (1 − Σ_H q)_+ / max(1 − Σ_H p, ε). A sampler tail within rounding of zero (k = V, or a
-    # head with all the mass) is zero: otherwise ρ would be rounding noise over rounding noise.
+    use = valid & mask[..., None]  # coefficients only at loss-carrying tokens: nothing leaks
+    zeros = torch.zeros(logp_head.shape, dtype=torch.float32)
+    lq = torch.where(valid, sampler_logp_head.float(), zeros)  # log q_v
+    lp_cur = logp_head.float()  # log p_v (grad)
+    lp_y = logp.float()  # log p(y_t) (grad)
+    old = old_logp is not None
+    lp_ref = (old_logp_head if old else logp_head).detach().float()  # p in the coefficients
+    lp_ref_y = (old_logp if old else logp).detach().float()
+    q = torch.where(valid, lq.exp(), zeros)  # (B, T, k)
+    head_q = q.sum(-1)  # (B, T)
+    if exact_support:
+        bad = mask & ((head_q - 1.0).abs() > 1e-3)
+        if bad.any():
+            raise ScrlError(f"exact_support needs the sampler head to hold all the mass, but Σ_H q = "
+                            f"{head_q[bad][0].item():.4f} at {_first_bad(bad)}")
+        # p̃_v = p_v / Σ_H p:  log p̃ = log p − logsumexp_H log p   (rows with no valid slot: 0)
+        def renorm(lp_h, lp_s):
+            lse = torch.logsumexp(torch.where(valid, lp_h, -torch.inf), -1)  # (B, T)
+            lse = torch.where(torch.isfinite(lse), lse, 0.0)
+            return torch.where(valid, lp_h - lse[..., None], zeros), lp_s - lse
+        lp_cur, lp_y = renorm(lp_cur, lp_y)
+        lp_ref, lp_ref_y = renorm(lp_ref, lp_ref_y)
+    lp = torch.where(valid, lp_ref, zeros)
+    p = torch.where(valid, lp.exp(), zeros)
+    head_p = p.sum(-1)
+
+    # ── ρ = (1 − Σ_H q)_+ / max(1 − Σ_H p, ε) ──────────────────────────────────────────────────────
+    # A sampler tail within rounding of zero (k = V, exact support, or a head with all the mass) is
+    # zero: otherwise ρ would be rounding noise over rounding noise.
     tail_q, tail_p = 1.0 - head_q, 1.0 - head_p
     if tail_tol is None:  # rounding of Σ_H q and Σ_H p is set by the coarser input dtype
         tail_tol = max(TAIL_TOL, 8 * max(torch.finfo(sampler_logp_head.dtype).eps,
                                          torch.finfo(logp_head.dtype).eps))
-    rho = torch.where(tail_q <= tail_tol, torch.zeros_like(tail_q),
+    rho = torch.where((tail_q <= tail_tol) | exact_support, torch.zeros_like(tail_q),
                       tail_q / tail_p.clamp(min=RHO_EPS))
+
+    # ── importance weights: r_y = p_y / q_y in log space ──────────────────────────────────────────
+    log_ratio = (lp_ref_y - sampler_logp.float()).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
+    log_ratio = torch.where(mask, log_ratio, 0.0)
+    head_weighting = weighting
+    if level == "token":
+        w_y = importance_weight(log_ratio, weighting, tis_cap, mis_band)  # f(r_y), (B, T)
+        outer = torch.ones_like(w_y)
+    else:  # GSPO-style: s_i = exp(mean_t log r_t), one f(s_i) on the whole per-token score
+        n_tok = mask.sum(-1).clamp(min=1)
+        seq_lr = log_ratio.sum(-1) / n_tok  # (B,)
+        outer = importance_weight(seq_lr, weighting, tis_cap, mis_band)[:, None].expand(B, T)
+        w_y, head_weighting = torch.ones_like(outer), "none"
+
+    # ── PPO clip against the proximal (old) trainer log-probs ───────────────────────────────────
+    if old:
+        log_pi = torch.where(mask, lp_y.detach() - lp_ref_y, 0.0).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
+        if level == "sequence":
+            log_pi = (log_pi.sum(-1) / mask.sum(-1).clamp(min=1))[:, None].expand(B, T)
+        pi = log_pi.exp()  # π = p / p_old
+        lo, hi = ppo_clip
+        clipped = ((A > 0) & (pi > 1 + hi)) | ((A < 0) & (pi < 1 - lo))  # min() takes the flat branch
+        outer = torch.where(clipped, 0.0, outer * pi)
+
+    # ── the loss ─────────────────────────────────────────────────────────────────────────────────
+    bracket = w_y * lp_y  # sg(f(r_y)) · log p(y_t)
     if centering:
         # m_v = q_v f(p_v / q_v)
-        m = q * importance_weight(lp - lq, weighting, tis_cap, mis_band)
-        use = valid & mask[..., None]  # coefficients only at loss-carrying tokens: nothing leaks
-        m = torch.where(use, m, torch.zeros_like(m))
+        m = torch.where(use, q * importance_weight(lp - lq, head_weighting, tis_cap, mis_band), zeros)
         # α = ρ f(1/ρ);  c_v = m_v − α p_v
-        alpha = tail_alpha(rho, weighting, tis_cap, mis_band)  # (B, T)
-        c = torch.where(use, m - alpha[..., None] * p, torch.zeros_like(m))  # (B, T, k)
-        lph = torch.where(use, logp_head.float(), torch.zeros_like(lq))
-        center_term = (c * lph).sum(-1)  # Σ_H sg(c_v) log p(v)
-        pg_term = pg_term - center_term
-    loss = torch.where(mask, -A * pg_term, torch.zeros_like(pg_term))
-    diag = dict(weight=w_y.detach(), log_ratio=log_ratio.detach(), rho=rho.detach(),
+        alpha = tail_alpha(rho, head_weighting, tis_cap, mis_band)  # (B, T)
+        c = torch.where(use, m - alpha[..., None] * p, zeros)  # (B, T, k)
+        # Σ_H sg(c_v) log p(v)
+        bracket = bracket - (c * torch.where(use, lp_cur, zeros)).sum(-1)
+    loss = torch.where(mask, -A * outer * bracket, 0.0)
+    diag = dict(weight=(w_y * outer).detach(), log_ratio=log_ratio.detach(), rho=rho.detach(),
                 head_mass_q=head_q.detach(), head_mass_p=head_p.detach())
+    if old:
+        diag.update(ppo_ratio=pi.detach(), clipped=clipped.float())
     return loss, diag
 
 
@@ -478,12 +608,13 @@ class Rollout:
     head_logp: torch.Tensor
 
 
-def validate_rollout(ro: Rollout, vocab_size: int) -> None:
+def validate_rollout(ro: Rollout, vocab_size: int, exact_support: bool = False) -> None:
     """Check the sampler contract; raise RolloutError naming the first bad (sequence, position).
 
     Checks: ids inside [0, V); the sampled token's log-prob present (finite, not the -9999 stand-in),
     not NaN, <= 0 (rounding tolerance 1e-4); head log-probs not NaN, <= 0; no id twice in a head
-    row; head mass Σ_H q <= 1 + 1e-3. Only generated positions (completion_mask) are checked.
+    row; head mass Σ_H q <= 1 + 1e-3; with exact_support (the sampler drew from its head only), the
+    sampled token is in its head row. Only generated positions (completion_mask) are checked.
     """
     m = ro.completion_mask
 
@@ -508,6 +639,9 @@ def validate_rollout(ro: Rollout, vocab_size: int) -> None:
     first(m & (srt[..., 1:] == srt[..., :-1]).any(-1), "duplicated id in the sampler's head")
     head_mass = torch.where(valid, ro.head_logp.exp(), torch.zeros_like(ro.head_logp)).sum(-1)
     first(m & (head_mass > 1 + 1e-3), "sampler head mass above 1")
+    if exact_support:
+        inside = (valid & (ro.head_ids == ro.completion_ids[..., None])).any(-1)
+        first(m & ~inside, "sampled token outside the sampler's head (exact_support)")
 
 
 def _noise_factors(state_dict: dict, std: float, seed: int) -> dict:
