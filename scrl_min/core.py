@@ -116,6 +116,7 @@ class TrainConfig:
     advantage_mode: str = "raw"  # raw (A = r) | signed (A = 2r − 1) | grpo ((r − mean_G) / std_G)
     tis_cap: float = 2.0  # C of TIS
     mis_band: tuple = (0.5, 5.0)  # [lo, hi] of MIS / IcePop
+    weight_level: str = "token"  # token: f(r) per token · sequence: one GSPO-style f(s_i) per sequence
     # --- optimization
     steps: int = 300  # RL steps (one optimizer step each)
     optimizer: str = "sgd"  # sgd | adam
@@ -849,6 +850,8 @@ class Trainer:
                             f"{ADVANTAGE_MODES}")
         if cfg.optimizer not in ("sgd", "adam"):
             raise ScrlError(f"unknown optimizer {cfg.optimizer!r}; choose sgd or adam")
+        if cfg.weight_level not in LEVELS:
+            raise ScrlError(f"unknown weight_level {cfg.weight_level!r}; choose one of {LEVELS}")
         self.weighting, self.centering = arm["weighting"], arm["centering"]
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -898,9 +901,11 @@ class Trainer:
         ckpt = self.out / "checkpoint.pt"
         if ckpt.exists():
             saved = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
-            diff = {k: (saved.get(k), v) for k, v in mine.items()
+            # a field newer than the saved run counts as its default value
+            default = json.loads(json.dumps(dataclasses.asdict(TrainConfig())))
+            diff = {k: (saved.get(k, default[k]), v) for k, v in mine.items()
                     if k not in ("steps", "progress", "out_dir", "checkpoint_every")
-                    and saved.get(k) != v}
+                    and saved.get(k, default[k]) != v}
             if diff:
                 raise ScrlError(f"{self.out} holds a run with a different config {diff}; "
                                 f"use another out_dir or delete it")
@@ -939,7 +944,7 @@ class Trainer:
         per_token, d = score_centered_pg_loss(
             logp, logp_head, ro.sampler_logp, ro.head_logp, adv, ro.completion_mask,
             weighting=self.weighting, centering=self.centering, tis_cap=cfg.tis_cap,
-            mis_band=tuple(cfg.mis_band))
+            mis_band=tuple(cfg.mis_band), level=cfg.weight_level)
         loss = reduce_loss(per_token, ro.completion_mask)
         if not torch.isfinite(loss):
             raise ScrlError(f"non-finite loss at step {self.step}; last good checkpoint kept in "

@@ -223,6 +223,8 @@ def test_bad_configs_give_clear_errors(policy, tmp_path):
         Trainer(TrainConfig(model=str(tmp_path / "nope"), out_dir=str(tmp_path)))
     with pytest.raises(ScrlError, match="unknown advantage_mode"):
         Trainer(TrainConfig(advantage_mode="baseline", out_dir=str(tmp_path)))
+    with pytest.raises(ScrlError, match="unknown weight_level 'seq'"):
+        Trainer(TrainConfig(weight_level="seq", out_dir=str(tmp_path)))
     with pytest.raises(ScrlError, match="unknown sampler precision"):
         TorchSampler(model.config, precision="fp4")
 
@@ -239,8 +241,10 @@ SMALL = dict(prompts_per_step=2, group_size=3, max_new_tokens=6, top_k_logprobs=
              checkpoint_every=2, lr=0.5)
 
 
-def test_training_run_logs_metrics_and_changes_parameters(tmp_path):
-    cfg = TrainConfig(arm="sc_mis", steps=3, out_dir=str(tmp_path / "run"), **SMALL)
+@pytest.mark.parametrize("weight_level", ["token", "sequence"])
+def test_training_run_logs_metrics_and_changes_parameters(tmp_path, weight_level):
+    cfg = TrainConfig(arm="sc_mis", steps=3, out_dir=str(tmp_path / "run"), weight_level=weight_level,
+                      **SMALL)
     tr = Trainer(cfg)
     before = {k: v.clone() for k, v in tr.policy.state_dict().items()}
     recs = tr.train()
@@ -278,6 +282,14 @@ def test_resume_refuses_a_different_config(tmp_path):
     Trainer(TrainConfig(arm="sc", steps=2, out_dir=str(tmp_path), **SMALL)).train()
     with pytest.raises(ScrlError, match="different config"):
         Trainer(TrainConfig(arm="tis", steps=3, out_dir=str(tmp_path), **SMALL)).train()
+    # a run saved before a config field existed resumes when the field keeps its default ...
+    saved = json.loads((tmp_path / "config.json").read_text())
+    del saved["weight_level"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert len(Trainer(TrainConfig(arm="sc", steps=3, out_dir=str(tmp_path), **SMALL)).train()) == 3
+    # ... and is refused when it does not
+    with pytest.raises(ScrlError, match="weight_level"):
+        Trainer(TrainConfig(arm="sc", steps=4, weight_level="sequence", out_dir=str(tmp_path), **SMALL)).train()
 
 
 def test_any_local_checkpoint_works_in_place_of_the_default(tmp_path):

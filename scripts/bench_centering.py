@@ -1,0 +1,119 @@
+"""Trainer-side cost of score centering at Qwen-like shapes (issue 3's benchmark; not a test).
+
+One step = forward + backward of the LM head (hidden states → log-probs, chunked by
+`scrl_min.lm_head_logprobs`) and the loss, for N tokens:
+  * centering: log-probs at 1 + k ids per token (the sampled id and the sampler's top-k head), the
+    score-centered loss (weighting "none", centering on);
+  * plain:     log-probs at the sampled id only, the same loss with centering off.
+Both share the dominant cost, the (N × H) @ (H × V) logits and their backward; centering adds k
+gathers per token and a (N, k) multiply-add, which is ~k / V ≈ 0.1% of the softmax work.
+
+Timing: the two arms alternate in one process, median of --reps runs each (after a warm-up run).
+Peak memory: each arm again in a fresh subprocess, peak RSS (ru_maxrss) above the RSS once the
+inputs exist. Results go to stdout and to --out as JSON.
+
+    OMP_NUM_THREADS=2 python scripts/bench_centering.py --out figures/bench_centering.json
+"""
+import argparse
+import json
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+import scrl_min
+
+
+def make_inputs(n_tokens: int, hidden: int, vocab: int, k: int, seed: int = 0):
+    """Hidden states and LM head (grad), sampled ids, a top-k head with its sampler log-probs."""
+    g = torch.Generator().manual_seed(seed)
+    h = (torch.randn(n_tokens, hidden, generator=g) / hidden ** 0.5).requires_grad_()
+    W = torch.randn(vocab, hidden, generator=g).requires_grad_()
+    head = torch.stack([torch.randperm(vocab, generator=g)[:k] for _ in range(n_tokens)])  # (N, k)
+    q_head = torch.log_softmax(torch.randn(n_tokens, k + 1, generator=g) * 2, -1)[:, :k]  # mass < 1
+    q_head = q_head.sort(-1, descending=True).values
+    y = head[:, 0].clone()  # the sampled token: in the head here
+    return h, W, y, head, q_head
+
+
+def step(arm: str, h, W, y, head, q_head, chunk_size: int) -> None:
+    """One forward + backward of LM head + loss. Gradients accumulate into h.grad and W.grad."""
+    N = y.shape[0]
+    A = torch.ones(N)
+    mask = torch.ones(N, 1, dtype=torch.bool)
+    if arm == "centering":
+        lp = scrl_min.lm_head_logprobs(h, W, torch.cat([y[:, None], head], -1), chunk_size=chunk_size)
+        logp, logp_head = lp[:, :1], lp[:, None, 1:]  # (N, 1), (N, 1, k)
+    else:
+        logp = scrl_min.lm_head_logprobs(h, W, y[:, None], chunk_size=chunk_size)  # (N, 1)
+        logp_head = q_head[:, None]  # not gathered from the trainer: centering is off
+    per_token, _ = scrl_min.score_centered_pg_loss(
+        logp, logp_head, q_head[:, :1], q_head[:, None], A, mask, centering=(arm == "centering"))
+    scrl_min.reduce_loss(per_token, mask).backward()
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2 ** 20
+
+
+def memory_child(args) -> None:
+    """Run one arm once in this (fresh) process; print peak RSS above the inputs' RSS, in MiB."""
+    inputs = make_inputs(args.tokens, args.hidden, args.vocab, args.k)
+    base = rss_mb()
+    step(args.memory_child, *inputs, args.chunk)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB → MiB on Linux
+    print(json.dumps({"base_mb": base, "peak_mb": peak, "extra_mb": peak - base}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", type=int, default=2048, help="tokens per step (N)")
+    ap.add_argument("--hidden", type=int, default=1024, help="hidden size (H)")
+    ap.add_argument("--vocab", type=int, default=151_936, help="vocabulary size (V)")
+    ap.add_argument("--k", type=int, default=128, help="sampler head size")
+    ap.add_argument("--chunk", type=int, default=512, help="rows per LM-head chunk")
+    ap.add_argument("--reps", type=int, default=5, help="timed runs per arm (after one warm-up)")
+    ap.add_argument("--out", default=None, help="write the results here as JSON")
+    ap.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.memory_child:
+        return memory_child(args)
+
+    shape = dict(tokens=args.tokens, hidden=args.hidden, vocab=args.vocab, k=args.k, chunk=args.chunk)
+    print(f"shapes {shape}, torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
+    inputs = make_inputs(args.tokens, args.hidden, args.vocab, args.k)
+    times = {"plain": [], "centering": []}
+    for rep in range(args.reps + 1):  # rep 0 is the warm-up
+        for arm in (("plain", "centering") if rep % 2 else ("centering", "plain")):
+            for t in inputs[:2]:
+                t.grad = None
+            t0 = time.perf_counter()
+            step(arm, *inputs, args.chunk)
+            dt = time.perf_counter() - t0
+            if rep:
+                times[arm].append(dt)
+            print(f"  rep {rep} {arm:9s} {dt:7.2f} s", flush=True)
+    med = {arm: statistics.median(ts) for arm, ts in times.items()}
+    memory = {}
+    for arm in times:
+        r = subprocess.run([sys.executable, __file__, "--memory-child", arm, "--tokens", str(args.tokens),
+                            "--hidden", str(args.hidden), "--vocab", str(args.vocab), "--k", str(args.k),
+                            "--chunk", str(args.chunk)], capture_output=True, text=True, check=True)
+        memory[arm] = json.loads(r.stdout.strip().splitlines()[-1])
+    result = dict(shape=shape, threads=torch.get_num_threads(), cpu=platform.processor() or platform.machine(),
+                  times_s=times, median_s=med, ratio_centering_over_plain=med["centering"] / med["plain"],
+                  peak_memory_mb=memory,
+                  first_principles_extra_work=f"k/V = {args.k / args.vocab:.2e} of the softmax gathers")
+    print(json.dumps(result, indent=1))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
