@@ -66,3 +66,10 @@ def test_all_notebooks_run_headlessly_with_ci_parameters(tmp_path):
             assert json.loads(png.with_suffix(".json").read_text())
     final = json.loads((figs / "02_fp8_arms.json").read_text())["final"]
     assert {"raw, σ=0.1/bf16", "raw, σ=0.1/sc", "grpo, σ=0.1/plain", "raw, FP8 only (σ=0)/sc"} <= set(final)
+    topk = json.loads((figs / "03_topk_estimator.json").read_text())
+    for name, res in topk["settings"].items():  # k = V is always measured last: the estimator is exact there
+        by_k = res["by_k"]
+        assert by_k["k"][-1] == topk["vocab_size"], name
+        assert by_k["rel_err_l1_mean"][-1] < 1e-9 and by_k["param_rel_err"][-1] < 1e-6, name
+        assert abs(by_k["head_mass_mean"][-1] - 1) < 1e-9, name
+        assert all(0 < e for e in by_k["rel_err_l1_mean"][:-1]), f"{name}: a truncated head is not exact"
