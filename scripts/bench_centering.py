@@ -9,15 +9,14 @@ Both share the dominant cost, the (N × H) @ (H × V) logits and their backward;
 gathers per token and a (N, k) multiply-add, which is ~k / V ≈ 0.1% of the softmax work.
 
 Timing: the two arms alternate in one process, median of --reps runs each (after a warm-up run).
-Peak memory: each arm again in a fresh subprocess, peak RSS (ru_maxrss) above the RSS once the
-inputs exist. Results go to stdout and to --out as JSON.
+Peak memory: each arm again in a fresh subprocess: the kernel's peak-RSS counter (VmHWM) is reset
+once the inputs exist (/proc/self/clear_refs), so the number is the step's own peak above them. Results go to stdout and to --out as JSON.
 
     OMP_NUM_THREADS=2 python scripts/bench_centering.py --out figures/bench_centering.json
 """
 import argparse
 import json
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -33,7 +32,9 @@ def make_inputs(n_tokens: int, hidden: int, vocab: int, k: int, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     h = (torch.randn(n_tokens, hidden, generator=g) / hidden ** 0.5).requires_grad_()
     W = torch.randn(vocab, hidden, generator=g).requires_grad_()
-    head = torch.stack([torch.randperm(vocab, generator=g)[:k] for _ in range(n_tokens)])  # (N, k)
+    # k distinct ids per row: a random offset plus a stride with k · stride < V (no (N, V) temporaries)
+    stride = max(1, (vocab - 1) // k)
+    head = (torch.randint(0, vocab, (n_tokens, 1), generator=g) + stride * torch.arange(k)) % vocab
     q_head = torch.log_softmax(torch.randn(n_tokens, k + 1, generator=g) * 2, -1)[:, :k]  # mass < 1
     q_head = q_head.sort(-1, descending=True).values
     y = head[:, 0].clone()  # the sampled token: in the head here
@@ -56,17 +57,21 @@ def step(arm: str, h, W, y, head, q_head, chunk_size: int) -> None:
     scrl_min.reduce_loss(per_token, mask).backward()
 
 
-def rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 2 ** 20
+def status_mb(key: str) -> float:
+    """VmRSS / VmHWM (peak RSS) of this process from /proc/self/status, in MiB (Linux)."""
+    with open("/proc/self/status") as f:
+        line = next(x for x in f if x.startswith(key + ":"))
+    return int(line.split()[1]) / 1024
 
 
 def memory_child(args) -> None:
-    """Run one arm once in this (fresh) process; print peak RSS above the inputs' RSS, in MiB."""
+    """Run one arm once in this (fresh) process; print its peak RSS above the inputs' RSS, in MiB."""
     inputs = make_inputs(args.tokens, args.hidden, args.vocab, args.k)
-    base = rss_mb()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current RSS
+    base = status_mb("VmRSS")
     step(args.memory_child, *inputs, args.chunk)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB → MiB on Linux
+    peak = status_mb("VmHWM")
     print(json.dumps({"base_mb": base, "peak_mb": peak, "extra_mb": peak - base}))
 
 
