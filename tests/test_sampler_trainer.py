@@ -223,6 +223,8 @@ def test_bad_configs_give_clear_errors(policy, tmp_path):
         Trainer(TrainConfig(model=str(tmp_path / "nope"), out_dir=str(tmp_path)))
     with pytest.raises(ScrlError, match="unknown advantage_mode"):
         Trainer(TrainConfig(advantage_mode="baseline", out_dir=str(tmp_path)))
+    with pytest.raises(ScrlError, match="unknown sampler 'sglang'; choose torch or vllm"):
+        Trainer(TrainConfig(sampler="sglang", out_dir=str(tmp_path)))
     with pytest.raises(ScrlError, match="unknown weight_level 'seq'"):
         Trainer(TrainConfig(weight_level="seq", out_dir=str(tmp_path)))
     with pytest.raises(ScrlError, match="unknown sampler precision"):

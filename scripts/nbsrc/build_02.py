@@ -35,6 +35,8 @@ prompts_per_step = 8  # distinct prompts per step
 group_size = 4  # G: completions per prompt
 max_new_tokens = 24  # completion budget, tokens
 noise_std = 0.1  # sigma: relative weight noise on the FP8 sampler (mismatch severity)
+sampler = "torch"  # rollout engine: torch (TorchSampler, FP8 W8A8) or vllm (VLLMSampler, see notebook 04)
+vllm_precision = "auto"  # vLLM numerics: auto (FP8 arms get fp8 on a GPU, fp8_kv on AVX-512 CPUs), bf16, fp8_kv, fp8
 lr = 0.5  # SGD learning rate
 workers = 2  # runs in parallel, one CPU thread each
 final_window = 30  # last steps averaged in the final-reward table
@@ -51,6 +53,10 @@ from scrl_min.core import REPO_ROOT, DEFAULT_MODEL_PATH
 
 for a in arms + compare_arms:
     scrl_min.arm_settings(a)  # fails fast, naming the valid arms, before any run starts
+    if sampler == "vllm":  # fails fast where the platform has no vLLM FP8 path for an FP8 arm
+        print(a, "→ vLLM", scrl_min.vllm_precision_for(scrl_min.arm_settings(a)["precision"], vllm_precision))
+    elif sampler != "torch":
+        raise ValueError(f"unknown sampler {sampler!r}; choose torch or vllm")
 model_path = str(DEFAULT_MODEL_PATH) if model == "default" else model
 fig_dir = REPO_ROOT / figures_dir
 fig_dir.mkdir(parents=True, exist_ok=True)
@@ -71,10 +77,13 @@ for name, (mode, sigma, arm_list) in settings.items():
     for arm in arm_list:
         for seed in seeds:
             tag = f"{mode}-{arm}-s{seed}" if arm == "bf16" else f"{mode}-{arm}-n{sigma}-s{seed}"
+            if sampler == "vllm":
+                tag = f"vllm-{vllm_precision}-{tag}"
             cfg = TrainConfig(model=model_path, arm=arm, seed=seed, steps=steps,
                               prompts_per_step=prompts_per_step, group_size=group_size,
                               max_new_tokens=max_new_tokens, noise_std=sigma, lr=lr,
-                              advantage_mode=mode, out_dir=str(REPO_ROOT / runs_dir / tag))
+                              advantage_mode=mode, sampler=sampler, vllm_precision=vllm_precision,
+                              out_dir=str(REPO_ROOT / runs_dir / tag))
             jobs.append((name, arm, seed, cfg))
 unique = {}
 for *_, cfg in jobs:
