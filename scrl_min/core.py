@@ -1057,6 +1057,27 @@ class VLLMSampler(_WeightQueue):
                             f"scales, names that did not load?)")
         return stats
 
+    def _engine_batches(self, prompt_lens: list) -> list:
+        """[(lo, hi), ...]: consecutive request batches whose prompts the engine prefills in one step.
+
+        vLLM 0.32 on CPU fails ("CPU Generator does not use offset") when a *seeded* request's
+        prompt is split over two engine steps (chunked prefill rewinds the request's generator, which
+        only CUDA generators can do). A batch whose prompt tokens fit max_num_batched_tokens, with at
+        most max_num_seqs requests, is never split. Raises ScrlError for a prompt longer than that.
+        """
+        sched = self.llm.llm_engine.vllm_config.scheduler_config
+        budget, max_seqs = sched.max_num_batched_tokens, sched.max_num_seqs
+        spans, lo, used = [], 0, 0
+        for i, n in enumerate(prompt_lens):
+            if n > budget:
+                raise ScrlError(f"prompt {i} has {n} tokens, more than the engine prefills in one step "
+                                f"(max_num_batched_tokens={budget})")
+            if used + n > budget or i - lo >= max_seqs:
+                spans.append((lo, i))
+                lo, used = i, 0
+            used += n
+        return spans + [(lo, len(prompt_lens))] if prompt_lens else spans
+
     # --- rollouts --------------------------------------------------------------------------------
     @torch.no_grad()
     def generate(self, prompts: list, max_new_tokens: int, eos_id: int, pad_id: int,
@@ -1077,8 +1098,10 @@ class VLLMSampler(_WeightQueue):
                                  max_tokens=T, logprobs=self.k, flat_logprobs=self.flat, seed=s,
                                  ignore_eos=True, stop_token_ids=[eos_id], detokenize=False)
                   for s in seeds]
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
-                                 use_tqdm=False)
+        outs = []
+        for lo, hi in self._engine_batches([len(p) for p in prompts]):
+            outs += self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts[lo:hi]],
+                                      params[lo:hi], use_tqdm=False)
         t1 = time.time()
         P = max(len(p) for p in prompts)
         prompt_ids = torch.full((B, P), pad_id, dtype=torch.long)

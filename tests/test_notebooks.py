@@ -9,6 +9,8 @@ import nbformat
 import pytest
 import yaml
 
+from scrl_min.core import PROBE_TOL
+
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 RUNNER = [sys.executable, str(REPO / "scripts" / "run_notebooks.py")]
@@ -73,3 +75,18 @@ def test_all_notebooks_run_headlessly_with_ci_parameters(tmp_path):
         assert by_k["rel_err_l1_mean"][-1] < 1e-9 and by_k["param_rel_err"][-1] < 1e-6, name
         assert abs(by_k["head_mass_mean"][-1] - 1) < 1e-9, name
         assert all(0 < e for e in by_k["rel_err_l1_mean"][:-1]), f"{name}: a truncated head is not exact"
+    # 04: mean |log p − log q| per sampler. torch bf16 is the trainer up to float32 round-off (bf16
+    # checkpoint, float32 compute; measured ≤ 1e-6); FP8 and then weight noise add real mismatch; vLLM
+    # bf16 is bf16 rounding: far above torch bf16, inside its push verification's allowance, below FP8
+    # (by 2.3x to 5x over seeds 0-3 at the CI size). vLLM numerics not run must say why.
+    mm = json.loads((figs / "04_sampler_mismatch.json").read_text())
+    assert {"vLLM bf16", "vLLM fp8_kv", "vLLM fp8"} <= set(mm["samplers"]) | set(mm["not_measured"])
+    assert all(mm["not_measured"].values())
+    assert ("vLLM fp8_kv" in mm["samplers"]) == (mm["hardware"]["avx512_or_amx"]
+                                                 or mm["hardware"]["vllm_platform"] == "gpu")
+    for T in mm["parameters"]["temperatures"]:
+        err = {name: s["by_temperature"][f"{T:g}"]["abs_dlogp_mean"] for name, s in mm["samplers"].items()}
+        noisy = next(name for name in err if name.startswith("torch fp8 + σ"))
+        assert err["torch bf16"] < 1e-5, err
+        assert 100 * err["torch bf16"] < err["torch fp8"] < err[noisy], err
+        assert 100 * err["torch bf16"] < err["vLLM bf16"] < min(PROBE_TOL["bf16"], err["torch fp8"]), err

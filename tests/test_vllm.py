@@ -423,3 +423,20 @@ def test_fp8_kv_cache_engine(fp8_kv_engine, policy):
     print(f"fp8 KV engine vs trainer: probe {s.last_sync['probe_mean_abs']:.4f}, sampled max "
           f"{y_max:.4f} mean {y_mean:.4f}")
     assert y_mean < 0.3  # a real mismatch, larger than bf16's, but the same policy
+
+
+@needs_vllm
+def test_a_batch_larger_than_one_engine_step_is_split_not_crashed(engine, policy):
+    """vLLM 0.32 on CPU crashes when a seeded request's prefill is split over two engine steps; the
+    sampler sends batches that fit one step. Here the prompts hold ~1.3x max_num_batched_tokens."""
+    _, tok = policy
+    budget = engine.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens
+    one = prompts_of(tok, 1)[0]
+    prompts = [one] * (int(1.3 * budget) // len(one) + 1)
+    spans = engine._engine_batches([len(p) for p in prompts])
+    assert len(spans) >= 2 and spans[0][0] == 0 and spans[-1][1] == len(prompts)
+    assert all(sum(len(p) for p in prompts[lo:hi]) <= budget for lo, hi in spans)
+    ro = engine.generate(prompts, 2, tok.eos_token_id, tok.pad_token_id, torch.Generator().manual_seed(5))
+    assert ro.completion_ids.shape == (len(prompts), 2) and ro.completion_mask[:, 0].all()
+    with pytest.raises(ScrlError, match="prompt 1 has .* tokens, more than the engine prefills"):
+        engine._engine_batches([3, budget + 1])
