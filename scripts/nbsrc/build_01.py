@@ -2,23 +2,9 @@
 import sys
 from pathlib import Path
 
-import nbformat as nbf
+from nbbuild import code, md, write
 
-OUT = Path(__file__).resolve().parents[2] / "notebooks" / "01_signal_and_drift.ipynb"
 WHAT_WE_SAW = Path(__file__).resolve().parent / "01_what_we_saw.md"
-
-cells = []
-
-
-def md(s):
-    cells.append(nbf.v4.new_markdown_cell(s.strip("\n")))
-
-
-def code(s, tags=None):
-    c = nbf.v4.new_code_cell(s.strip("\n"))
-    if tags:
-        c.metadata["tags"] = tags
-    cells.append(c)
 
 
 # ─────────────────────────────────────────────────────────────────────────────────────────────────
@@ -742,15 +728,5 @@ print(f"notebook run time (after imports): {time.perf_counter() - t_start:.1f} s
 
 md(WHAT_WE_SAW.read_text() if WHAT_WE_SAW.exists() else "## What we saw\n\nTODO")
 
-nb = nbf.v4.new_notebook()
-nb.cells = cells
-nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-               "language_info": {"name": "python"}}
 runtime = sys.argv[1] if len(sys.argv) > 1 else "25 s on 2 CPU cores (no GPU)"
-for c in nb.cells:
-    if c.cell_type == "markdown":
-        c.source = c.source.replace("RUNTIME_PLACEHOLDER", runtime)
-nbf.validate(nb)
-OUT.parent.mkdir(exist_ok=True)
-nbf.write(nb, OUT)
-print("wrote", OUT)
+write("01_signal_and_drift", replace={"RUNTIME_PLACEHOLDER": runtime})

@@ -1,23 +1,5 @@
 """Assemble notebooks/03_topk_estimator.ipynb from the cells below (source of truth for its code cells)."""
-from pathlib import Path
-
-import nbformat as nbf
-
-OUT = Path(__file__).resolve().parents[2] / "notebooks" / "03_topk_estimator.ipynb"
-
-cells = []
-
-
-def md(s):
-    cells.append(nbf.v4.new_markdown_cell(s.strip("\n")))
-
-
-def code(s, tags=None):
-    c = nbf.v4.new_code_cell(s.strip("\n"))
-    if tags:
-        c.metadata["tags"] = tags
-    cells.append(c)
-
+from nbbuild import code, md, write
 
 # ─────────────────────────────────────────────────────────────────────────────────────────────────
 md(r"""
@@ -556,11 +538,4 @@ source of truth for your own run.
   k follows the head mass, so it depends on the model's entropy; no other model was measured.
 """)
 
-nb = nbf.v4.new_notebook()
-nb.cells = cells
-nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-               "language_info": {"name": "python"}}
-nbf.validate(nb)
-OUT.parent.mkdir(exist_ok=True)
-nbf.write(nb, OUT)
-print("wrote", OUT)
+write("03_topk_estimator")

@@ -1,23 +1,5 @@
 """Assemble notebooks/04_sampler_mismatch.ipynb from the cells below (source of truth for its code cells)."""
-from pathlib import Path
-
-import nbformat as nbf
-
-OUT = Path(__file__).resolve().parents[2] / "notebooks" / "04_sampler_mismatch.ipynb"
-
-cells = []
-
-
-def md(s):
-    cells.append(nbf.v4.new_markdown_cell(s.strip("\n")))
-
-
-def code(s, tags=None):
-    c = nbf.v4.new_code_cell(s.strip("\n"))
-    if tags:
-        c.metadata["tags"] = tags
-    cells.append(c)
-
+from nbbuild import code, md, write
 
 # ─────────────────────────────────────────────────────────────────────────────────────────────────
 md(r"""
@@ -542,11 +524,4 @@ slash. The tables printed above are the source of truth for your own run.
   out-of-band shares of a few percent rest on a handful of sequences.
 """)
 
-nb = nbf.v4.new_notebook()
-nb.cells = cells
-nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-               "language_info": {"name": "python"}}
-nbf.validate(nb)
-OUT.parent.mkdir(exist_ok=True)
-nbf.write(nb, OUT)
-print("wrote", OUT)
+write("04_sampler_mismatch")
