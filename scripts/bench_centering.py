@@ -104,6 +104,8 @@ def main() -> None:
                 times[arm].append(dt)
             print(f"  rep {rep} {arm:9s} {dt:7.2f} s", flush=True)
     med = {arm: statistics.median(ts) for arm, ts in times.items()}
+    # each rep runs the two arms back to back: the median of per-rep ratios cancels slow drifts
+    paired = statistics.median(c / p for c, p in zip(times["centering"], times["plain"]))
     memory = {}
     for arm in times:
         r = subprocess.run([sys.executable, __file__, "--memory-child", arm, "--tokens", str(args.tokens),
@@ -112,6 +114,7 @@ def main() -> None:
         memory[arm] = json.loads(r.stdout.strip().splitlines()[-1])
     result = dict(shape=shape, threads=torch.get_num_threads(), cpu=platform.processor() or platform.machine(),
                   times_s=times, median_s=med, ratio_centering_over_plain=med["centering"] / med["plain"],
+                  paired_ratio_median=paired,
                   peak_memory_mb=memory,
                   first_principles_extra_work=f"k/V = {args.k / args.vocab:.2e} of the softmax gathers")
     print(json.dumps(result, indent=1))

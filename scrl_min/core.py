@@ -20,12 +20,17 @@ where H is the sampler's top-k head, the unseen tail is modeled as q_v ≈ ρ p_
 
     ρ = (1 − Σ_H q_v)_+ / max(1 − Σ_H p_v, ε),   m_v = q_v f(p_v/q_v),   α = ρ f(1/ρ),   c_v = m_v − α p_v.
 
+`score_centered_pg_loss` also takes a GSPO-style sequence-level weight, PPO clipping against old
+trainer log-probs, and an exact-support mode (top-k/top-p filtered samplers); see its docstring.
+
 Deviations from the paper and from a production trainer (numbered, on purpose)
-  1. The sampler is this same PyTorch model with its decoder Linear layers in FP8 (e4m3 weights with
-     per-channel scales, e4m3 activations with per-token scales, `torch._scaled_mm`), not vLLM; the
-     LM head stays in bf16 as in vLLM's FP8 checkpoints. Because FP8 at a few million parameters is a
-     small mismatch, a persistent relative weight noise (drawn once, as in the paper's own small runs)
-     is the severity knob: sampler weight = trainer weight · (1 + σ ε).
+  1. The default sampler is this same PyTorch model with its decoder Linear layers in FP8 (e4m3
+     weights with per-channel scales, e4m3 activations with per-token scales, `torch._scaled_mm`);
+     the LM head stays in bf16 as in vLLM's FP8 checkpoints. `VLLMSampler` (TrainConfig.sampler =
+     "vllm") is the real engine with the same contract; on a CPU without AVX-512 it can only run
+     bf16. Because FP8 at a few million parameters is a small mismatch, a persistent relative weight
+     noise (drawn once, as in the paper's own small runs) is the severity knob for both samplers:
+     sampler weight = trainer weight · (1 + σ ε).
   2. One optimizer step per rollout batch (no PPO epochs), SGD by default as in the paper's small runs.
   3. The task is "distinct Python names" (see the task section), not Countdown: a 3.6M-parameter model
      cannot learn arithmetic search, and this task's best policy is high-entropy, which keeps the
@@ -35,7 +40,7 @@ Deviations from the paper and from a production trainer (numbered, on purpose)
 
 Run:   python -m scrl_min --arm sc --steps 200 --out runs/sc        (python -m scrl_min --help)
 
-Sections: configs · task · loss · FP8 · samplers · trainer · entry point.
+Sections: configs · task · loss · FP8 · samplers (torch, vLLM) · trainer · entry point.
 """
 from __future__ import annotations
 
