@@ -1090,7 +1090,10 @@ class VLLMSampler(_WeightQueue):
         """Sample one completion per prompt (list of token-id lists) at `self.temperature`.
 
         Per-request seeds are drawn from `generator` (or the sampler's own stream), so a run is
-        reproducible and resumes like one with `TorchSampler`. Returns a validated `Rollout`.
+        reproducible and resumes like one with `TorchSampler`. Batches larger than one engine step
+        are sent in parts (`_engine_batches`). Before the first `push_weights` the engine samples
+        from the checkpoint it was built from. Returns a validated `Rollout` (B, T, k as in
+        `TorchSampler.generate`); raises RolloutError naming sequence and position on a bad row.
         """
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
