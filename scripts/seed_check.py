@@ -2,8 +2,13 @@
 σ = 0.1, seeds 1 and 2 (seed 0 is notebook 02's own run). About 22 minutes on 2 CPU cores.
 
     python scripts/seed_check.py      # runs into runs/seeds/, writes figures/02_seed_check.json
+
+Needs notebook 02's full-size seed-0 runs in runs/02_fp8_arms/ (`make reproduce` first); it checks
+for them before starting anything.
 """
+import argparse
 import json
+import sys
 
 import numpy as np
 
@@ -19,6 +24,13 @@ def seed0_dir(mode, arm):  # notebook 02's folder naming
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 2)[2],
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    missing = [str(seed0_dir(m, a)) for m in MODES for a in ARMS
+               if not (seed0_dir(m, a) / "metrics.jsonl").exists()]
+    if missing:
+        sys.exit(f"seed_check: seed 0 comes from notebook 02's runs, and these are missing: {missing}; "
+                 f"run `make reproduce` (or notebook 02 at full size) first")
     cfgs = {(m, a, s): TrainConfig(arm=a, seed=s, steps=100, advantage_mode=m, noise_std=0.1,
                                    out_dir=str(REPO_ROOT / "runs" / "seeds" / f"{m}-{a}-s{s}"))
             for m in MODES for a in ARMS for s in SEEDS}

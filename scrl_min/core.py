@@ -38,7 +38,7 @@ Deviations from the paper and from a production trainer (numbered, on purpose)
   4. The advantage mode is an experimental axis: raw rewards (REINFORCE, no baseline), ±1-style signed
      rewards, or GRPO group-normalized. The drift is E_q[A]·μ, so its size depends on the mode.
 
-Run:   python -m scrl_min --arm sc --steps 200 --out runs/sc        (python -m scrl_min --help)
+Run:   python -m scrl_min --arm sc --steps 200 --out_dir runs/sc       (python -m scrl_min --help)
 
 Sections: configs · task · loss · FP8 · samplers (torch, vLLM) · trainer · entry point.
 """
@@ -867,8 +867,8 @@ def vllm_precision_for(arm_precision: str, choice: str = "auto") -> str:
     if cpu_supports_fp8_kv():
         return "fp8_kv"
     raise ScrlError("FP8 arm with sampler='vllm', but this CPU has no vLLM FP8 path (an FP8 KV cache "
-                    "needs AVX-512 or AMX, FP8 weights a GPU); set vllm_precision='bf16' to run the "
-                    "arm with a bf16 engine against the float32 trainer")
+                    "needs AVX-512 or AMX, FP8 weights a GPU); set vllm_precision='bf16' (--vllm_precision "
+                    "bf16) to run the arm with a bf16 engine against the float32 trainer")
 
 
 def cpu_supports_fp8_kv() -> bool:
@@ -1324,11 +1324,12 @@ class Trainer:
                             f"{ADVANTAGE_MODES}")
         if cfg.optimizer not in ("sgd", "adam"):
             raise ScrlError(f"unknown optimizer {cfg.optimizer!r}; choose sgd or adam")
+        if cfg.advantage_mode == "grpo" and cfg.group_size < 2:
+            raise ScrlError(f"grpo advantages need group_size >= 2, got {cfg.group_size}")
         if cfg.weight_level not in LEVELS:
             raise ScrlError(f"unknown weight_level {cfg.weight_level!r}; choose one of {LEVELS}")
         self.weighting, self.centering = arm["weighting"], arm["centering"]
-        self.out = Path(cfg.out_dir)
-        self.out.mkdir(parents=True, exist_ok=True)
+        self.out = Path(cfg.out_dir)  # created once everything below has been validated
         torch.manual_seed(cfg.seed)
         self.policy, self.tok = load_policy(cfg.model)
         V = self.policy.config.vocab_size
@@ -1355,6 +1356,7 @@ class Trainer:
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.step = 0
         self.eos_id = self.tok.eos_token_id
+        self.out.mkdir(parents=True, exist_ok=True)
 
     def _encode(self, user_message: str) -> list:
         if self.tok.chat_template:
@@ -1467,16 +1469,18 @@ class Trainer:
         (self.out / "sampler.json").write_text(json.dumps(self.sampler.settings, indent=1))
         bar = tqdm(total=self.cfg.steps, initial=self.step, desc=f"{self.cfg.arm}",
                    disable=not self.cfg.progress, leave=False)
-        with open(self.metrics_path, "a") as f:
-            while self.step < self.cfg.steps:
-                rec = self.train_step()
-                f.write(json.dumps(rec) + "\n")
-                f.flush()
-                bar.update(1)
-                bar.set_postfix(reward=f"{rec['reward']:.3f}", kl=f"{rec['kl_sampled']:.4f}")
-                if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps:
-                    self._save_checkpoint()
-        bar.close()
+        try:
+            with open(self.metrics_path, "a") as f:
+                while self.step < self.cfg.steps:
+                    rec = self.train_step()
+                    f.write(json.dumps(rec) + "\n")
+                    f.flush()
+                    bar.update(1)
+                    bar.set_postfix(reward=f"{rec['reward']:.3f}", kl=f"{rec['kl_sampled']:.4f}")
+                    if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps:
+                        self._save_checkpoint()
+        finally:
+            bar.close()  # before any error message, so it is not printed on the bar's line
         return read_metrics(self.metrics_path)
 
 
@@ -1523,22 +1527,49 @@ def train_many(configs: list, workers: int = 2) -> list:
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 # Entry point
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
-def main(argv=None) -> None:
-    import argparse
+CHOICES = dict(arm=sorted(ARMS), advantage_mode=list(ADVANTAGE_MODES), optimizer=["sgd", "adam"],
+               sampler=["torch", "vllm"], vllm_precision=["auto", *VLLM_PRECISIONS],
+               weight_level=list(LEVELS), fp8_backend=["emulated", "scaled_mm"])
 
-    ap = argparse.ArgumentParser(prog="python -m scrl_min", description=__doc__.split("\n")[0])
+
+def _field_help() -> dict:
+    """TrainConfig's trailing field comments (its documentation), by field name, for --help."""
+    import inspect
+
+    doc = {}
+    for line in inspect.getsource(TrainConfig).splitlines():
+        m = re.match(r"\s+(\w+): .*?  # (.*)$", line)
+        if m:
+            doc[m.group(1)] = m.group(2)
+    return doc
+
+
+def main(argv=None) -> None:
+    """`python -m scrl_min`: one RL run from TrainConfig's fields as flags. A ScrlError (bad config,
+    missing model, broken sampler) ends the run with a one-line message and exit status 2."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m scrl_min", description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                                 allow_abbrev=False)
+    doc = _field_help()
     for f in dataclasses.fields(TrainConfig):
+        kw = dict(default=f.default, help=doc.get(f.name, " "), choices=CHOICES.get(f.name))
         if f.type in ("bool", bool):
-            ap.add_argument(f"--{f.name}", type=lambda s: s.lower() in ("1", "true", "yes"),
-                            default=f.default)
+            kw["type"] = lambda s: s.lower() in ("1", "true", "yes")
         elif f.name == "mis_band":
-            ap.add_argument("--mis_band", type=float, nargs=2, default=f.default)
+            kw.update(type=float, nargs=2)
         elif f.name == "top_k_logprobs":
-            ap.add_argument("--top_k_logprobs", type=int, default=None)
+            kw["type"] = int
         else:
-            ap.add_argument(f"--{f.name}", type=type(f.default), default=f.default)
+            kw["type"] = type(f.default)
+        ap.add_argument(f"--{f.name}", **kw)
     cfg = TrainConfig(**vars(ap.parse_args(argv)))
-    recs = train(cfg)
+    try:
+        recs = train(cfg)
+    except ScrlError as e:
+        sys.exit(f"python -m scrl_min: error: {e}")
     last = recs[-min(20, len(recs)):]
     print(f"{cfg.arm}: {len(recs)} steps, reward over the last {len(last)} steps "
           f"{sum(r['reward'] for r in last) / max(1, len(last)):.3f}  ({cfg.out_dir}/metrics.jsonl)")

@@ -311,3 +311,22 @@ def test_any_local_checkpoint_works_in_place_of_the_default(tmp_path):
     assert tr.sampler.k == min(128, len(tok))
     recs = tr.train()
     assert len(recs) == 2 and all(r["head_mass_q"] <= 1.0 + 1e-4 for r in recs)
+
+
+def test_cli_help_and_one_line_errors(tmp_path):
+    """`python -m scrl_min`: --help documents every flag from TrainConfig's comments; a bad config is
+    one line on stderr, exit status 1 (sys.exit with a message), and leaves no run folder behind."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "scrl_min"]
+    h = subprocess.run(cmd + ["--help"], capture_output=True, text=True)
+    assert h.returncode == 0 and "{torch,vllm}" in h.stdout and "GSPO-style" in h.stdout
+    out = tmp_path / "never"
+    r = subprocess.run(cmd + ["--arm", "sc", "--advantage_mode", "grpo", "--group_size", "1",
+                              "--steps", "1", "--out_dir", str(out)], capture_output=True, text=True)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("python -m scrl_min: error:")
+    r = subprocess.run(cmd + ["--arm", "bogus"], capture_output=True, text=True)
+    assert r.returncode == 2 and "invalid choice: 'bogus'" in r.stderr
+    assert not out.exists()

@@ -59,6 +59,7 @@ closeness.
 
 code(r"""
 import json
+import tempfile
 import time
 
 import matplotlib.pyplot as plt
@@ -186,10 +187,10 @@ code(r"""
 data = {}
 for sigma, T in settings:
     name = f"σ={sigma:g}, T={T:g}"
-    # the trainer of an FP8 run at step 0; Trainer only creates out_dir, nothing is written there
+    # the trainer of an FP8 run at step 0; it creates out_dir but writes nothing there: a temporary one
     tr = Trainer(TrainConfig(model=model_path, arm="plain", noise_std=sigma, temperature=T, top_k_logprobs=V,
                              fp8_backend="emulated", n_prompts=n_prompts, seed=seed, progress=False,
-                             out_dir=str(REPO_ROOT / "runs" / "03_topk_estimator")))
+                             out_dir=tempfile.mkdtemp(prefix="scrl_03_")))
     tr.sampler.push_weights(tr.policy.state_dict())  # the weight sync Trainer.train does on start
     ro = tr.sampler.generate(tr.prompt_ids, max_new_tokens, tr.eos_id, tr.tok.pad_token_id,
                              generator=torch.Generator().manual_seed(seed))
