@@ -85,6 +85,9 @@ WEIGHTINGS = ("none", "is", "tis", "mis", "icepop")
 LEVELS = ("token", "sequence")  # where the importance weight applies: per token, or per sequence (GSPO)
 ADVANTAGE_MODES = ("raw", "signed", "grpo")
 PRECISIONS = ("fp8", "bf16", "fp32")
+SAMPLERS = ("torch", "vllm")  # rollout engines: TorchSampler, VLLMSampler
+OPTIMIZERS = ("sgd", "adam")
+FP8_BACKENDS = ("emulated", "scaled_mm")  # see FP8Linear
 
 # The arms of the experiment: sampler numerics × correction. "mismatch" arms get the noise knob.
 ARMS = {
@@ -452,12 +455,12 @@ def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, adv
     # ── importance weights: r_y = p_y / q_y in log space ──────────────────────────────────────────
     log_ratio = (lp_ref_y - sampler_logp.float()).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
     log_ratio = torch.where(mask, log_ratio, 0.0)
+    n_tok = mask.sum(-1).clamp(min=1)  # (B,) loss-carrying tokens per sequence
     head_weighting = weighting
     if level == "token":
         w_y = importance_weight(log_ratio, weighting, tis_cap, mis_band)  # f(r_y), (B, T)
         outer = torch.ones_like(w_y)
     else:  # GSPO-style: s_i = exp(mean_t log r_t), one f(s_i) on the whole per-token score
-        n_tok = mask.sum(-1).clamp(min=1)
         seq_lr = log_ratio.sum(-1) / n_tok  # (B,)
         outer = importance_weight(seq_lr, weighting, tis_cap, mis_band)[:, None].expand(B, T)
         w_y, head_weighting = torch.ones_like(outer), "none"
@@ -466,7 +469,7 @@ def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, adv
     if old:
         log_pi = torch.where(mask, lp_y.detach() - lp_ref_y, 0.0).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
         if level == "sequence":
-            log_pi = (log_pi.sum(-1) / mask.sum(-1).clamp(min=1))[:, None].expand(B, T)
+            log_pi = (log_pi.sum(-1) / n_tok)[:, None].expand(B, T)
         pi = log_pi.exp()  # π = p / p_old
         lo, hi = ppo_clip
         clipped = ((A > 0) & (pi > 1 + hi)) | ((A < 0) & (pi < 1 - lo))  # min() takes the flat branch
@@ -564,7 +567,7 @@ class FP8Linear(nn.Module):
 
     def __init__(self, in_features: int, out_features: int, bias: bool, backend: str = "scaled_mm"):
         super().__init__()
-        if backend not in ("scaled_mm", "emulated"):
+        if backend not in FP8_BACKENDS:
             raise ScrlError(f"unknown FP8 backend {backend!r}; choose scaled_mm or emulated")
         self.in_features, self.out_features, self.backend = in_features, out_features, backend
         self.register_buffer("weight8", torch.zeros(out_features, in_features, dtype=FP8))
@@ -651,6 +654,17 @@ def validate_rollout(ro: Rollout, vocab_size: int, exact_support: bool = False) 
     if exact_support:
         inside = (valid & (ro.head_ids == ro.completion_ids[..., None])).any(-1)
         first(m & ~inside, "sampled token outside the sampler's head (exact_support)")
+
+
+def _left_pad(prompts: list, pad_id: int):
+    """Token-id lists → (prompt_ids (B, P) long, prompt_mask (B, P) bool), left-padded to the longest."""
+    B, P = len(prompts), max(len(p) for p in prompts)
+    prompt_ids = torch.full((B, P), pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros(B, P, dtype=torch.bool)
+    for i, p in enumerate(prompts):
+        prompt_ids[i, P - len(p):] = torch.tensor(p)
+        prompt_mask[i, P - len(p):] = True
+    return prompt_ids, prompt_mask
 
 
 def _noise_factors(state_dict: dict, std: float, seed: int) -> dict:
@@ -779,11 +793,7 @@ class TorchSampler(_WeightQueue):
         if not self._queue:
             raise ScrlError("sampler has no weights: call push_weights(state_dict) first")
         B, P = len(prompts), max(len(p) for p in prompts)
-        prompt_ids = torch.full((B, P), pad_id, dtype=torch.long)
-        prompt_mask = torch.zeros(B, P, dtype=torch.bool)
-        for i, p in enumerate(prompts):  # left padding
-            prompt_ids[i, P - len(p):] = torch.tensor(p)
-            prompt_mask[i, P - len(p):] = True
+        prompt_ids, prompt_mask = _left_pad(prompts, pad_id)  # (B, P)
         T, k = max_new_tokens, self.k
         ids = torch.full((B, T), pad_id, dtype=torch.long)
         cmask = torch.zeros(B, T, dtype=torch.bool)
@@ -1111,12 +1121,7 @@ class VLLMSampler(_WeightQueue):
             outs += self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts[lo:hi]],
                                       params[lo:hi], use_tqdm=False)
         t1 = time.time()
-        P = max(len(p) for p in prompts)
-        prompt_ids = torch.full((B, P), pad_id, dtype=torch.long)
-        prompt_mask = torch.zeros(B, P, dtype=torch.bool)
-        for i, p in enumerate(prompts):  # left padding
-            prompt_ids[i, P - len(p):] = torch.tensor(p)
-            prompt_mask[i, P - len(p):] = True
+        prompt_ids, prompt_mask = _left_pad(prompts, pad_id)  # (B, P)
         seqs = [o.outputs[0] for o in outs]
         build = _dense_from_flat if self.flat else _dense_from_dicts
         ids, cmask, logq, head_ids, head_logp = build(seqs, B, T, self.k, pad_id)
@@ -1169,6 +1174,17 @@ def _empty_dense(B: int, T: int, k: int, pad_id: int):
             torch.full((B, T, k), float("-inf")))
 
 
+def _check_lengths(seqs: list, T: int) -> None:
+    """Each engine sequence has at most T tokens and one log-prob row per token; else RolloutError."""
+    for b, s in enumerate(seqs):
+        n = len(s.token_ids)
+        if n > T:
+            raise RolloutError(f"engine returned {n} tokens for max_new_tokens={T} at sequence {b}")
+        if s.logprobs is None or len(s.logprobs) != n:
+            raise RolloutError(f"engine returned {0 if s.logprobs is None else len(s.logprobs)} "
+                               f"log-prob rows for {n} tokens at sequence {b}")
+
+
 def _dense_from_flat(seqs: list, B: int, T: int, k: int, pad_id: int):
     """The hot path: flat arrays of the whole batch → (ids, mask, sampler_logp, head_ids, head_logp).
 
@@ -1177,13 +1193,8 @@ def _dense_from_flat(seqs: list, B: int, T: int, k: int, pad_id: int):
     one Python step per *sequence* (list → array), none per log-prob entry.
     """
     ids, cmask, logq, head_ids, head_logp = _empty_dense(B, T, k, pad_id)
+    _check_lengths(seqs, T)
     n = np.array([len(s.token_ids) for s in seqs])  # generated tokens per sequence
-    if n.max(initial=0) > T:
-        raise RolloutError(f"engine returned {n.max()} tokens for max_new_tokens={T}")
-    for b, s in enumerate(seqs):
-        if s.logprobs is None or len(s.logprobs) != n[b]:
-            raise RolloutError(f"engine returned {0 if s.logprobs is None else len(s.logprobs)} "
-                               f"log-prob rows for {n[b]} tokens at sequence {b}")
     R = int(n.sum())
     if R == 0:
         return ids, cmask, logq, head_ids, head_logp
@@ -1241,12 +1252,8 @@ def _dense_from_dicts(seqs: list, B: int, T: int, k: int, pad_id: int):
     distinct ids sorted by (−log q, id), and log q(y_t) is the dict's entry for y_t.
     """
     ids, cmask, logq, head_ids, head_logp = _empty_dense(B, T, k, pad_id)
+    _check_lengths(seqs, T)
     for b, s in enumerate(seqs):
-        if len(s.token_ids) > T:
-            raise RolloutError(f"engine returned {len(s.token_ids)} tokens for max_new_tokens={T}")
-        if s.logprobs is None or len(s.logprobs) != len(s.token_ids):
-            raise RolloutError(f"engine returned {0 if s.logprobs is None else len(s.logprobs)} "
-                               f"log-prob rows for {len(s.token_ids)} tokens at sequence {b}")
         for t, (y, row) in enumerate(zip(s.token_ids, s.logprobs)):
             entries = [(v.logprob, tid) for tid, v in row.items()]
             if any(math.isnan(v) for v, _ in entries):
@@ -1261,9 +1268,6 @@ def _dense_from_dicts(seqs: list, B: int, T: int, k: int, pad_id: int):
                 head_logp[b, t, j] = v
                 head_ids[b, t, j] = tid if v != float("-inf") else 0
     return ids, cmask, logq, head_ids, head_logp
-
-
-__all__ = ["PROBE_TEXT", "PROBE_TOL", "VLLM_PRECISIONS", "VLLMSampler", "cpu_supports_fp8_kv"]
 
 
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
@@ -1322,7 +1326,7 @@ class Trainer:
         if cfg.advantage_mode not in ADVANTAGE_MODES:
             raise ScrlError(f"unknown advantage_mode {cfg.advantage_mode!r}; choose one of "
                             f"{ADVANTAGE_MODES}")
-        if cfg.optimizer not in ("sgd", "adam"):
+        if cfg.optimizer not in OPTIMIZERS:
             raise ScrlError(f"unknown optimizer {cfg.optimizer!r}; choose sgd or adam")
         if cfg.advantage_mode == "grpo" and cfg.group_size < 2:
             raise ScrlError(f"grpo advantages need group_size >= 2, got {cfg.group_size}")
@@ -1527,9 +1531,8 @@ def train_many(configs: list, workers: int = 2) -> list:
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 # Entry point
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
-CHOICES = dict(arm=sorted(ARMS), advantage_mode=list(ADVANTAGE_MODES), optimizer=["sgd", "adam"],
-               sampler=["torch", "vllm"], vllm_precision=["auto", *VLLM_PRECISIONS],
-               weight_level=list(LEVELS), fp8_backend=["emulated", "scaled_mm"])
+CHOICES = dict(arm=sorted(ARMS), advantage_mode=ADVANTAGE_MODES, optimizer=OPTIMIZERS, sampler=SAMPLERS,
+               vllm_precision=("auto", *VLLM_PRECISIONS), weight_level=LEVELS, fp8_backend=FP8_BACKENDS)
 
 
 def _field_help() -> dict:
@@ -1546,7 +1549,7 @@ def _field_help() -> dict:
 
 def main(argv=None) -> None:
     """`python -m scrl_min`: one RL run from TrainConfig's fields as flags. A ScrlError (bad config,
-    missing model, broken sampler) ends the run with a one-line message and exit status 2."""
+    missing model, broken sampler) ends the run with a one-line message and exit status 1."""
     import argparse
     import sys
 
