@@ -57,7 +57,7 @@ def main(argv=None):
     prompts = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
                                        tokenize=True, return_dict=False) for p in ds["prompt"]]
     t0 = time.perf_counter()
-    s = VLLMSampler(str(DEFAULT_MODEL_PATH), precision="bf16", top_k=k, temperature=1.0,
+    s = VLLMSampler(str(DEFAULT_MODEL_PATH), precision="bf16", k=k, temperature=1.0,
                     kv_cache_gib=0.5)
     start_s = time.perf_counter() - t0
     llm = s.llm

@@ -39,8 +39,11 @@ Deviations from the paper and from a production trainer (numbered, on purpose)
      rewards, or GRPO group-normalized. The drift is E_q[A]·μ, so its size depends on the mode.
 
 Run:   python -m scrl_min --arm sc --steps 200 --out_dir runs/sc       (python -m scrl_min --help)
+       python -m scrl_min --arm tis --centering true ...                   (any combination: TIS + SC)
 
-Sections: configs · task · loss · FP8 · samplers (torch, vLLM) · trainer · entry point.
+Reading order: the method first (configs · loss · the rollout contract · task · trainer · entry
+point), then, fenced off, the engine glue that produces rollouts (FP8 layer · torch sampler · vLLM
+sampler · vLLM log-probs → dense tensors). docs/method.md derives every equation used here.
 """
 from __future__ import annotations
 
@@ -86,28 +89,18 @@ LEVELS = ("token", "sequence")  # where the importance weight applies: per token
 ADVANTAGE_MODES = ("raw", "signed", "grpo")
 PRECISIONS = ("fp8", "bf16", "fp32")
 SAMPLERS = ("torch", "vllm")  # rollout engines: TorchSampler, VLLMSampler
+VLLM_PRECISIONS = ("bf16", "fp8_kv", "fp8")  # see the vLLM sampler section
 OPTIMIZERS = ("sgd", "adam")
 FP8_BACKENDS = ("emulated", "scaled_mm")  # see FP8Linear
 
-# The arms of the experiment: sampler numerics × correction. "mismatch" arms get the noise knob.
-ARMS = {
-    "bf16":   dict(precision="bf16", weighting="none", centering=False, mismatch=False),  # reference
-    "plain":  dict(precision="fp8", weighting="none", centering=False, mismatch=True),
-    "tis":    dict(precision="fp8", weighting="tis", centering=False, mismatch=True),
-    "mis":    dict(precision="fp8", weighting="mis", centering=False, mismatch=True),
-    "sc":     dict(precision="fp8", weighting="none", centering=True, mismatch=True),
-    "sc_mis": dict(precision="fp8", weighting="mis", centering=True, mismatch=True),
-}
-
-
 @dataclass
 class TrainConfig:
-    """One RL run. Every field is a literal, so a run is reproducible from its saved config.json."""
+    """One RL run. Every field is a literal, so a run is reproducible from its saved config.json.
+    The named arms of the experiment (`ARMS`, `arm_config`) are presets over these fields."""
 
     # --- what is trained, and where results go
     model: str = str(DEFAULT_MODEL_PATH)  # local checkpoint path or HF model id of the policy
     out_dir: str = "runs/default"  # metrics.jsonl, config.json and checkpoint.pt go here
-    arm: str = "sc"  # one of ARMS: sampler numerics and loss correction
     seed: int = 0  # seeds prompts, sampling, noise draw
     # --- the task and the rollout
     n_prompts: int = 64  # size of the task dataset
@@ -116,18 +109,21 @@ class TrainConfig:
     max_new_tokens: int = 24  # completion length budget, tokens
     names_target: int = 12  # distinct Python names in a completion that earn the full reward 1.0
     temperature: float = 1.0  # sampling temperature; the trainer divides its logits by the same
-    top_k_logprobs: Optional[int] = None  # k: size of the sampler's head H; None means min(128, V)
+    k: Optional[int] = None  # head size: top-k log-probs the sampler returns per token; None = min(128, V)
+    # --- the sampler and its mismatch with the trainer
     sampler: str = "torch"  # rollout engine: torch (TorchSampler) | vllm (VLLMSampler; needs vLLM)
+    sampler_precision: str = "fp8"  # fp8 (W8A8 e4m3) | bf16 | fp32 (an exact copy: on-policy)
     vllm_precision: str = "auto"  # vLLM numerics: auto | bf16 | fp8_kv | fp8 (see vllm_precision_for)
-    # --- mismatch
-    noise_std: float = 0.1  # σ: persistent relative weight noise on the sampler (mismatch arms only)
     fp8_backend: str = "emulated"  # scaled_mm (torch._scaled_mm) | emulated (same e4m3 numbers, fp32 GEMM)
+    noise_std: float = 0.1  # σ: persistent relative weight noise on the sampler; 0 turns it off
     staleness: int = 0  # s: the sampler's weights lag the trainer by s steps
     # --- the loss
-    advantage_mode: str = "raw"  # raw (A = r) | signed (A = 2r − 1) | grpo ((r − mean_G) / std_G)
+    weighting: str = "none"  # importance weight f(r): none | is | tis | mis | icepop
+    centering: bool = True  # score centering: subtract the top-k estimate of the drift
+    weight_level: str = "token"  # token: f(r) per token · sequence: one GSPO-style f(s_i) per sequence
     tis_cap: float = 2.0  # C of TIS
     mis_band: tuple = (0.5, 5.0)  # [lo, hi] of MIS / IcePop
-    weight_level: str = "token"  # token: f(r) per token · sequence: one GSPO-style f(s_i) per sequence
+    advantage_mode: str = "raw"  # raw (A = r) | signed (A = 2r − 1) | grpo ((r − mean_G) / std_G)
     # --- optimization
     steps: int = 300  # RL steps (one optimizer step each)
     optimizer: str = "sgd"  # sgd | adam
@@ -135,69 +131,50 @@ class TrainConfig:
     max_grad_norm: float = 0.0  # clip the global grad norm here; 0 disables clipping
     # --- bookkeeping
     checkpoint_every: int = 25  # steps between checkpoints (and always at the end)
-    progress: bool = True  # tqdm progress bar
+    progress: bool = True  # progress bar over steps
 
 
-def arm_settings(arm: str) -> dict:
-    """Sampler precision, weighting, centering and mismatch flag of an arm name. Raises ScrlError."""
+# The arms of the experiment: named presets over TrainConfig's fields (sampler numerics × correction).
+# The bf16 reference has no weight noise: it is the no-mismatch run the others are compared with.
+ARMS = {
+    "bf16":   dict(sampler_precision="bf16", weighting="none", centering=False, noise_std=0.0),
+    "plain":  dict(sampler_precision="fp8", weighting="none", centering=False),
+    "tis":    dict(sampler_precision="fp8", weighting="tis", centering=False),
+    "mis":    dict(sampler_precision="fp8", weighting="mis", centering=False),
+    "sc":     dict(sampler_precision="fp8", weighting="none", centering=True),
+    "sc_tis": dict(sampler_precision="fp8", weighting="tis", centering=True),
+    "sc_mis": dict(sampler_precision="fp8", weighting="mis", centering=True),
+}
+# Fields that do not change a run's results: a run folder may be resumed with other values of them.
+RUN_BOOKKEEPING = ("steps", "progress", "out_dir", "checkpoint_every")
+
+
+def arm_config(arm: str, **fields) -> TrainConfig:
+    """TrainConfig of a named arm (`ARMS`) with `fields` on top. The preset sets sampler precision,
+    weighting and centering (and noise_std = 0 for the bf16 reference); an explicit field wins, so
+    arm_config("tis", centering=True) is TIS + SC. Raises ScrlError for an unknown arm or field."""
     if arm not in ARMS:
         raise ScrlError(f"unknown arm {arm!r}; choose one of {sorted(ARMS)}")
-    return ARMS[arm]
+    unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(TrainConfig)})
+    if unknown:
+        raise ScrlError(f"unknown TrainConfig field(s) {unknown}")
+    return TrainConfig(**{**ARMS[arm], **fields})
 
 
-# ═════════════════════════════════════════════════════════════════════════════════════════════════
-# The task: "distinct Python names"
-# ═════════════════════════════════════════════════════════════════════════════════════════════════
-# Prompt: the start of a Python function. Completion: max_new_tokens tokens of code. Reward: the number
-# of *distinct* Python keywords and lowercase built-in names in the completion over a target
-# (names_target, 12 for a 24-token completion), capped at 1. The embedded model starts near 0.15
-# (code naturally uses `if`, `return`, `None`...) and can learn to pack more distinct names in. The
-# best policies are high-entropy (any order of many names), so the sampler/trainer mismatch does not
-# vanish as training sharpens the policy.
-PYTHON_NAMES = frozenset(keyword.kwlist) | frozenset(
-    n for n in dir(builtins) if n.islower() and not n.startswith("_"))
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_VERBS = ["get", "set", "parse", "load", "read", "write", "check", "make", "update", "find", "build",
-          "format", "split", "merge", "count", "filter", "apply", "reset", "close", "open"]
-_NOUNS = ["name", "path", "value", "items", "config", "data", "line", "header", "key", "node", "token",
-          "buffer", "state", "record", "options", "result"]
-_ARGS = ["self", "self, key", "self, value=None", "path, mode='r'", "data", "items, key=None",
-         "self, *args, **kwargs", "text, sep=','", "obj", "self, name, default=None"]
+def config_id(cfg: TrainConfig) -> str:
+    """Eight hex digits naming a run's results: a hash of every field except `RUN_BOOKKEEPING`.
+    Two configs with the same id make the same run (up to their step count), so a run folder named
+    with it resumes safely and never collides with a run of other settings."""
+    import hashlib
+
+    d = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in RUN_BOOKKEEPING}
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:8]
 
 
-def task_user_message(code_prefix: str) -> str:
-    """The user turn of the task prompt around a code prefix (str → str)."""
-    return ("Continue the code, using as many different Python keywords and built-in names as you "
-            "can:\n" + code_prefix)
-
-
-def make_task_dataset(n_prompts: int = 64, seed: int = 0):
-    """The task as a ``datasets.Dataset`` with columns ``prompt`` (user message, str) and ``prefix``.
-
-    Prompts are function heads built from fixed word lists, so the dataset is identical on every
-    machine. Raises ScrlError if n_prompts < 1.
-    """
-    import datasets
-
-    if n_prompts < 1:
-        raise ScrlError(f"n_prompts must be >= 1, got {n_prompts}")
-    rng = random.Random(seed)
-    rows, seen = [], set()
-    while len(rows) < n_prompts:
-        head = f"def {rng.choice(_VERBS)}_{rng.choice(_NOUNS)}({rng.choice(_ARGS)}):\n    "
-        if head in seen and len(seen) < len(_VERBS) * len(_NOUNS) * len(_ARGS):
-            continue
-        seen.add(head)
-        rows.append({"prompt": task_user_message(head), "prefix": head})
-    return datasets.Dataset.from_list(rows)
-
-
-def distinct_names_reward(completion: str, target: int) -> float:
-    """Verifier: |distinct keywords and lowercase builtins in `completion`| / target, capped at 1.
-
-    Names count as whole identifiers (`if` counts, `iff` and `bar_if` do not)."""
-    names = {w for w in _IDENT.findall(completion) if w in PYTHON_NAMES}
-    return min(1.0, len(names) / target)
+def with_run_dir(cfg: TrainConfig, root, tag: str) -> TrainConfig:
+    """cfg with out_dir = root/<tag>-<config_id(cfg)>: a folder per configuration, so a small trial
+    never blocks a later run with other settings, and a rerun of the same settings resumes."""
+    return dataclasses.replace(cfg, out_dir=str(Path(root) / f"{tag}-{config_id(cfg)}"))
 
 
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
@@ -388,7 +365,63 @@ def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, adv
     loss from -inf head slots or huge log-ratios. Raises ScrlError on a shape mismatch, a bad name, or
     (exact_support) a head whose sampler mass is not 1, naming the sequence and position.
     """
-    # ── checks ──────────────────────────────────────────────────────────────────────────────────
+    A, mask = _check_loss_inputs(logp, logp_head, sampler_logp, sampler_logp_head, advantages, mask,
+                                 old_logp, old_logp_head, weighting, level)  # A (B, T), 0 off mask
+    old = old_logp is not None
+    zeros = torch.zeros(logp_head.shape, dtype=torch.float32)
+    # H, the sampler's head: an empty slot (−inf, −9999, NaN) is outside it (`where`, never 0·−inf)
+    valid = sampler_logp_head > EMPTY_LOGP  # (B, T, k)
+    use = valid & mask[..., None]  # coefficients only at loss-carrying tokens: nothing leaks
+    # log p(y_t) and log p(v), v ∈ H: the only tensors that carry gradient
+    lp_y, lp_cur = logp.float(), logp_head.float()  # (B, T), (B, T, k)
+    # sg(log p): the policy inside weights and coefficients (p_old when PPO clipping is on)
+    lp_ref_y = (old_logp if old else logp).detach().float()  # (B, T)
+    lp_ref = (old_logp_head if old else logp_head).detach().float()  # (B, T, k)
+    # q_v, v ∈ H
+    lq = torch.where(valid, sampler_logp_head.float(), zeros)
+    q = torch.where(valid, lq.exp(), zeros)  # (B, T, k)
+    head_q = q.sum(-1)  # Σ_H q, (B, T)
+    if exact_support:  # the sampler drew from H: p̃ = p / Σ_H p everywhere
+        lp_cur, lp_y, lp_ref, lp_ref_y = _renormalize_over_head(head_q, valid, mask, lp_cur, lp_y,
+                                                                 lp_ref, lp_ref_y)
+    lp = torch.where(valid, lp_ref, zeros)
+    # p_v, v ∈ H (detached)
+    p = torch.where(valid, lp.exp(), zeros)  # (B, T, k)
+    head_p = p.sum(-1)  # Σ_H p, (B, T)
+    # ρ = (1 − Σ_H q)_+ / max(1 − Σ_H p, ε)
+    rho = _tail_ratio(head_q, head_p, exact_support, tail_tol, sampler_logp_head.dtype, logp_head.dtype)
+    # log r_y = log p(y_t) − log q(y_t), clipped to ±MAX_LOG_RATIO so exp stays finite
+    log_ratio = (lp_ref_y - sampler_logp.float()).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
+    log_ratio = torch.where(mask, log_ratio, 0.0)  # (B, T)
+    # w_y = f(r_y) per token; or, at level="sequence", outer = f(s_i) on the whole score and w_y = 1
+    w_y, outer, head_weighting = _token_or_sequence_weight(log_ratio, mask, weighting, level,
+                                                           tis_cap, mis_band)
+    if old:  # PPO: outer ← π · outer, or 0 where the clip flattens the surrogate (π = p / p_old)
+        outer, pi, clipped = _ppo_clip(outer, A, lp_y, lp_ref_y, mask, level, ppo_clip)
+    # sg(w_y) · log p(y_t)
+    bracket = w_y * lp_y
+    if centering:
+        # m_v = q_v f(p_v / q_v)
+        m = torch.where(use, q * importance_weight(lp - lq, head_weighting, tis_cap, mis_band), zeros)
+        # α = ρ f(1/ρ)
+        alpha = tail_alpha(rho, head_weighting, tis_cap, mis_band)  # (B, T)
+        # c_v = m_v − α p_v
+        c = torch.where(use, m - alpha[..., None] * p, zeros)  # (B, T, k)
+        # − Σ_{v∈H} sg(c_v) log p(v)
+        bracket = bracket - (c * torch.where(use, lp_cur, zeros)).sum(-1)
+    # L_t = −sg(A_t) · sg(outer) · [ sg(w_y) log p(y_t) − Σ_H sg(c_v) log p(v) ]
+    loss = torch.where(mask, -A * outer * bracket, 0.0)
+    diag = dict(weight=(w_y * outer).detach(), log_ratio=log_ratio.detach(), rho=rho.detach(),
+                head_mass_q=head_q.detach(), head_mass_p=head_p.detach())
+    if old:
+        diag.update(ppo_ratio=pi.detach(), clipped=clipped.float())
+    return loss, diag
+
+
+# The loss's input checks and option plumbing, kept out of its way.
+def _check_loss_inputs(logp, logp_head, sampler_logp, sampler_logp_head, advantages, mask,
+                       old_logp, old_logp_head, weighting, level):
+    """Shapes and names; returns (A (B, T) float32, detached, 0 off the mask; mask (B, T) bool)."""
     if logp.dim() != 2:
         raise ScrlError(f"logp has shape {tuple(logp.shape)}, expected (B, T)")
     B, T = logp.shape
@@ -412,85 +445,59 @@ def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, adv
         A = A[:, None]
     if not (A.dim() == 2 and A.shape[0] == B and A.shape[1] in (1, T)):
         raise ScrlError(f"advantages has shape {tuple(advantages.shape)}, expected ({B},) or ({B}, {T})")
-    A = torch.where(mask, A.expand(B, T), 0.0)  # (B, T); masked positions carry nothing, not even NaN
+    return torch.where(mask, A.expand(B, T), 0.0), mask  # masked positions carry nothing, not even NaN
 
-    # ── head: q_v and p_v on H; empty slots contribute nothing (where, never 0·−inf) ──────────────
-    valid = sampler_logp_head > EMPTY_LOGP  # (B, T, k); False for -inf, -9999 and NaN
-    use = valid & mask[..., None]  # coefficients only at loss-carrying tokens: nothing leaks
-    zeros = torch.zeros(logp_head.shape, dtype=torch.float32)
-    lq = torch.where(valid, sampler_logp_head.float(), zeros)  # log q_v
-    lp_cur = logp_head.float()  # log p_v (grad)
-    lp_y = logp.float()  # log p(y_t) (grad)
-    old = old_logp is not None
-    lp_ref = (old_logp_head if old else logp_head).detach().float()  # p in the coefficients
-    lp_ref_y = (old_logp if old else logp).detach().float()
-    q = torch.where(valid, lq.exp(), zeros)  # (B, T, k)
-    head_q = q.sum(-1)  # (B, T)
-    if exact_support:
-        bad = mask & ((head_q - 1.0).abs() > 1e-3)
-        if bad.any():
-            raise ScrlError(f"exact_support needs the sampler head to hold all the mass, but Σ_H q = "
-                            f"{head_q[bad][0].item():.4f} at {_first_bad(bad)}")
-        # p̃_v = p_v / Σ_H p:  log p̃ = log p − logsumexp_H log p   (rows with no valid slot: 0)
-        def renorm(lp_h, lp_s):
-            lse = torch.logsumexp(torch.where(valid, lp_h, -torch.inf), -1)  # (B, T)
-            lse = torch.where(torch.isfinite(lse), lse, 0.0)
-            return torch.where(valid, lp_h - lse[..., None], zeros), lp_s - lse
-        lp_cur, lp_y = renorm(lp_cur, lp_y)
-        lp_ref, lp_ref_y = renorm(lp_ref, lp_ref_y)
-    lp = torch.where(valid, lp_ref, zeros)
-    p = torch.where(valid, lp.exp(), zeros)
-    head_p = p.sum(-1)
 
-    # ── ρ = (1 − Σ_H q)_+ / max(1 − Σ_H p, ε) ──────────────────────────────────────────────────────
-    # A sampler tail within rounding of zero (k = V, exact support, or a head with all the mass) is
-    # zero: otherwise ρ would be rounding noise over rounding noise.
+def _renormalize_over_head(head_q, valid, mask, *log_probs):
+    """exact_support: check Σ_H q = 1, then log p̃ = log p − logsumexp_H log p for each pair
+    (head (B, T, k), sampled (B, T)) of trainer log-probs; rows with no valid slot get 0."""
+    bad = mask & ((head_q - 1.0).abs() > 1e-3)
+    if bad.any():
+        raise ScrlError(f"exact_support needs the sampler head to hold all the mass, but Σ_H q = "
+                        f"{head_q[bad][0].item():.4f} at {_first_bad(bad)}")
+    out = []
+    for lp_h, lp_s in zip(log_probs[0::2], log_probs[1::2]):
+        lse = torch.logsumexp(torch.where(valid, lp_h, -torch.inf), -1)  # (B, T)
+        lse = torch.where(torch.isfinite(lse), lse, 0.0)
+        out += [torch.where(valid, lp_h - lse[..., None], torch.zeros_like(lp_h)), lp_s - lse]
+    return out
+
+
+def _tail_ratio(head_q, head_p, exact_support, tail_tol, *dtypes):
+    """ρ (B, T). A sampler tail within rounding of zero (k = V, exact support, or a head with all the
+    mass) is zero: otherwise ρ would be rounding noise over rounding noise."""
     tail_q, tail_p = 1.0 - head_q, 1.0 - head_p
     if tail_tol is None:  # rounding of Σ_H q and Σ_H p is set by the coarser input dtype
-        tail_tol = max(TAIL_TOL, 8 * max(torch.finfo(sampler_logp_head.dtype).eps,
-                                         torch.finfo(logp_head.dtype).eps))
-    rho = torch.where((tail_q <= tail_tol) | exact_support, torch.zeros_like(tail_q),
-                      tail_q / tail_p.clamp(min=RHO_EPS))
+        tail_tol = max(TAIL_TOL, 8 * max(torch.finfo(d).eps for d in dtypes))
+    return torch.where((tail_q <= tail_tol) | exact_support, torch.zeros_like(tail_q),
+                       tail_q / tail_p.clamp(min=RHO_EPS))
 
-    # ── importance weights: r_y = p_y / q_y in log space ──────────────────────────────────────────
-    log_ratio = (lp_ref_y - sampler_logp.float()).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
-    log_ratio = torch.where(mask, log_ratio, 0.0)
-    n_tok = mask.sum(-1).clamp(min=1)  # (B,) loss-carrying tokens per sequence
-    head_weighting = weighting
+
+def _token_or_sequence_weight(log_ratio, mask, weighting, level, tis_cap, mis_band):
+    """(w_y (B, T), outer (B, T), the weighting the head coefficients use). Token level: w_y = f(r_y),
+    outer = 1. Sequence level (GSPO-style): outer = f(s_i), s_i = exp(mean_t log r_t), w_y = 1, and
+    the head coefficients are unweighted (c_v = q_v − ρ p_v)."""
     if level == "token":
-        w_y = importance_weight(log_ratio, weighting, tis_cap, mis_band)  # f(r_y), (B, T)
-        outer = torch.ones_like(w_y)
-    else:  # GSPO-style: s_i = exp(mean_t log r_t), one f(s_i) on the whole per-token score
-        seq_lr = log_ratio.sum(-1) / n_tok  # (B,)
-        outer = importance_weight(seq_lr, weighting, tis_cap, mis_band)[:, None].expand(B, T)
-        w_y, head_weighting = torch.ones_like(outer), "none"
+        w_y = importance_weight(log_ratio, weighting, tis_cap, mis_band)
+        return w_y, torch.ones_like(w_y), weighting
+    B, T = log_ratio.shape
+    seq_lr = log_ratio.sum(-1) / mask.sum(-1).clamp(min=1)  # (B,) mean log r over the sequence
+    outer = importance_weight(seq_lr, weighting, tis_cap, mis_band)[:, None].expand(B, T)
+    return torch.ones_like(outer), outer, "none"
 
-    # ── PPO clip against the proximal (old) trainer log-probs ───────────────────────────────────
-    if old:
-        log_pi = torch.where(mask, lp_y.detach() - lp_ref_y, 0.0).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
-        if level == "sequence":
-            log_pi = (log_pi.sum(-1) / n_tok)[:, None].expand(B, T)
-        pi = log_pi.exp()  # π = p / p_old
-        lo, hi = ppo_clip
-        clipped = ((A > 0) & (pi > 1 + hi)) | ((A < 0) & (pi < 1 - lo))  # min() takes the flat branch
-        outer = torch.where(clipped, 0.0, outer * pi)
 
-    # ── the loss ─────────────────────────────────────────────────────────────────────────────────
-    bracket = w_y * lp_y  # sg(f(r_y)) · log p(y_t)
-    if centering:
-        # m_v = q_v f(p_v / q_v)
-        m = torch.where(use, q * importance_weight(lp - lq, head_weighting, tis_cap, mis_band), zeros)
-        # α = ρ f(1/ρ);  c_v = m_v − α p_v
-        alpha = tail_alpha(rho, head_weighting, tis_cap, mis_band)  # (B, T)
-        c = torch.where(use, m - alpha[..., None] * p, zeros)  # (B, T, k)
-        # Σ_H sg(c_v) log p(v)
-        bracket = bracket - (c * torch.where(use, lp_cur, zeros)).sum(-1)
-    loss = torch.where(mask, -A * outer * bracket, 0.0)
-    diag = dict(weight=(w_y * outer).detach(), log_ratio=log_ratio.detach(), rho=rho.detach(),
-                head_mass_q=head_q.detach(), head_mass_p=head_p.detach())
-    if old:
-        diag.update(ppo_ratio=pi.detach(), clipped=clipped.float())
-    return loss, diag
+def _ppo_clip(outer, A, lp_y, lp_ref_y, mask, level, ppo_clip):
+    """Decoupled PPO clip: π = p / p_old per token (per sequence, GSPO, at level="sequence"). Where
+    min(πA, clip(π, 1−ε_lo, 1+ε_hi)A) takes its flat branch the token carries no gradient; elsewhere
+    outer is scaled by π. Returns (outer, π, clipped) as (B, T) tensors."""
+    B, T = lp_y.shape
+    log_pi = torch.where(mask, lp_y.detach() - lp_ref_y, 0.0).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
+    if level == "sequence":
+        log_pi = (log_pi.sum(-1) / mask.sum(-1).clamp(min=1))[:, None].expand(B, T)
+    pi = log_pi.exp()
+    lo, hi = ppo_clip
+    clipped = ((A > 0) & (pi > 1 + hi)) | ((A < 0) & (pi < 1 - lo))
+    return torch.where(clipped, 0.0, outer * pi), pi, clipped
 
 
 def reduce_loss(per_token: torch.Tensor, mask: torch.Tensor, reduction: str = "token_mean",
@@ -532,6 +539,457 @@ def compute_advantages(rewards: torch.Tensor, group_size: int, mode: str) -> tor
         return ((g - g.mean(1, keepdim=True)) / (g.std(1, keepdim=True) + 1e-4)).view(-1)
     raise ScrlError(f"unknown advantage mode {mode!r}; choose one of {ADVANTAGE_MODES}")
 
+
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+# The rollout contract: what a sampler hands the loss
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+@dataclass
+class Rollout:
+    """What a sampler returns for B sequences of at most T generated tokens (dense tensors).
+
+    prompt_ids (B, P) long, left-padded; prompt_mask (B, P) bool; completion_ids (B, T) long;
+    completion_mask (B, T) bool (True at sampled tokens, EOS included; False after it);
+    sampler_logp (B, T) float32, log q(y_t) at the sampling temperature; head_ids (B, T, k) long, the
+    sampler's top-k ids; head_logp (B, T, k) float32, their log q (full-vocabulary normalized at the
+    sampling temperature, -inf in empty slots).
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    sampler_logp: torch.Tensor
+    head_ids: torch.Tensor
+    head_logp: torch.Tensor
+
+
+def validate_rollout(ro: Rollout, vocab_size: int, exact_support: bool = False) -> None:
+    """Check the sampler contract; raise RolloutError naming the first bad (sequence, position).
+
+    Checks: ids inside [0, V); the sampled token's log-prob present (finite, not the -9999 stand-in),
+    not NaN, <= 0 (rounding tolerance 1e-4); head log-probs not NaN, <= 0; no id twice in a head
+    row; head mass Σ_H q <= 1 + 1e-3; with exact_support (the sampler drew from its head only), the
+    sampled token is in its head row. Only generated positions (completion_mask) are checked.
+    """
+    m = ro.completion_mask
+
+    def first(bad: torch.Tensor, what: str) -> None:
+        if bad.any():
+            b, t = bad.nonzero()[0].tolist()[:2]
+            raise RolloutError(f"rollout: {what} at sequence {b}, completion position {t}")
+
+    first(m & ((ro.completion_ids < 0) | (ro.completion_ids >= vocab_size)), "sampled id outside "
+          f"the vocabulary [0, {vocab_size})")
+    first(m & torch.isnan(ro.sampler_logp), "NaN sampler log-prob")
+    first(m & (~torch.isfinite(ro.sampler_logp) | (ro.sampler_logp <= EMPTY_LOGP)),
+          "missing (non-finite or stand-in) sampler log-prob of the sampled token")
+    first(m & (ro.sampler_logp > 1e-4), "positive sampler log-prob")
+    valid = ro.head_logp > EMPTY_LOGP
+    first(m & torch.isnan(ro.head_logp).any(-1), "NaN in the sampler's top-k log-probs")
+    first(m & (valid & ((ro.head_ids < 0) | (ro.head_ids >= vocab_size))).any(-1),
+          f"head id outside the vocabulary [0, {vocab_size})")
+    first(m & (valid & (ro.head_logp > 1e-4)).any(-1), "positive log-prob in the sampler's head")
+    ids = torch.where(valid, ro.head_ids, -1 - torch.arange(ro.head_ids.shape[-1]))  # empties distinct
+    srt = ids.sort(-1).values
+    first(m & (srt[..., 1:] == srt[..., :-1]).any(-1), "duplicated id in the sampler's head")
+    head_mass = torch.where(valid, ro.head_logp.exp(), torch.zeros_like(ro.head_logp)).sum(-1)
+    first(m & (head_mass > 1 + 1e-3), "sampler head mass above 1")
+    if exact_support:
+        inside = (valid & (ro.head_ids == ro.completion_ids[..., None])).any(-1)
+        first(m & ~inside, "sampled token outside the sampler's head (exact_support)")
+
+
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+# The task: "distinct Python names"
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+# Prompt: the start of a Python function. Completion: max_new_tokens tokens of code. Reward: the number
+# of *distinct* Python keywords and lowercase built-in names in the completion over a target
+# (names_target, 12 for a 24-token completion), capped at 1. The embedded model starts near 0.15
+# (code naturally uses `if`, `return`, `None`...) and can learn to pack more distinct names in. The
+# best policies are high-entropy (any order of many names), so the sampler/trainer mismatch does not
+# vanish as training sharpens the policy.
+PYTHON_NAMES = frozenset(keyword.kwlist) | frozenset(
+    n for n in dir(builtins) if n.islower() and not n.startswith("_"))
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_VERBS = ["get", "set", "parse", "load", "read", "write", "check", "make", "update", "find", "build",
+          "format", "split", "merge", "count", "filter", "apply", "reset", "close", "open"]
+_NOUNS = ["name", "path", "value", "items", "config", "data", "line", "header", "key", "node", "token",
+          "buffer", "state", "record", "options", "result"]
+_ARGS = ["self", "self, key", "self, value=None", "path, mode='r'", "data", "items, key=None",
+         "self, *args, **kwargs", "text, sep=','", "obj", "self, name, default=None"]
+
+
+def task_user_message(code_prefix: str) -> str:
+    """The user turn of the task prompt around a code prefix (str → str)."""
+    return ("Continue the code, using as many different Python keywords and built-in names as you "
+            "can:\n" + code_prefix)
+
+
+def make_task_dataset(n_prompts: int = 64, seed: int = 0):
+    """The task as a ``datasets.Dataset`` with columns ``prompt`` (user message, str) and ``prefix``.
+
+    Prompts are function heads built from fixed word lists, so the dataset is identical on every
+    machine. Raises ScrlError if n_prompts < 1.
+    """
+    import datasets
+
+    if n_prompts < 1:
+        raise ScrlError(f"n_prompts must be >= 1, got {n_prompts}")
+    rng = random.Random(seed)
+    rows, seen = [], set()
+    while len(rows) < n_prompts:
+        head = f"def {rng.choice(_VERBS)}_{rng.choice(_NOUNS)}({rng.choice(_ARGS)}):\n    "
+        if head in seen and len(seen) < len(_VERBS) * len(_NOUNS) * len(_ARGS):
+            continue
+        seen.add(head)
+        rows.append({"prompt": task_user_message(head), "prefix": head})
+    return datasets.Dataset.from_list(rows)
+
+
+def distinct_names_reward(completion: str, target: int) -> float:
+    """Verifier: |distinct keywords and lowercase builtins in `completion`| / target, capped at 1.
+
+    Names count as whole identifiers (`if` counts, `iff` and `bar_if` do not)."""
+    names = {w for w in _IDENT.findall(completion) if w in PYTHON_NAMES}
+    return min(1.0, len(names) / target)
+
+
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+# Trainer
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+def load_policy(model: str):
+    """(model in float32, tokenizer) from a local path or HF model id. Raises ScrlError if missing."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a bar per load clutters logs of many short runs
+    path = Path(model)
+    if not path.exists() and (model.startswith((".", "/", "~")) or len(path.parts) > 2):
+        raise ScrlError(f"model checkpoint not found: {model!r} (give a local directory with "
+                        f"config.json and model.safetensors, or a Hugging Face model id)")
+    try:
+        tok = AutoTokenizer.from_pretrained(model)
+        policy = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    except OSError as e:
+        raise ScrlError(f"could not load model {model!r}: {e}") from e
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return policy, tok
+
+
+def trainer_logprobs(model, ro: Rollout, temperature: float):
+    """Trainer log-probs at the sampling temperature: (logp (B, T), logp_head (B, T, k)), with grad.
+
+    Position alignment: the logits at row (P − 1 + t) of prompt+completion score completion token t.
+    """
+    ids = torch.cat([ro.prompt_ids, ro.completion_ids], dim=1)  # (B, P + T)
+    attn = torch.cat([ro.prompt_mask, ro.completion_mask], dim=1).long()
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits  # (B, P+T, V)
+    P, T = ro.prompt_ids.shape[1], ro.completion_ids.shape[1]
+    logits = logits[:, P - 1:P - 1 + T]  # (B, T, V): row P-1+t predicts completion token t
+    both = torch.cat([ro.completion_ids[..., None], ro.head_ids], dim=-1)  # (B, T, 1 + k)
+    lp = gather_logprobs(logits, both, temperature)
+    return lp[..., 0], lp[..., 1:]
+
+
+def read_metrics(path) -> list:
+    """All step records of a metrics.jsonl file (list of dicts); [] if it does not exist."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class Trainer:
+    """GRPO-style trainer: owns the policy, the optimizer, the sampler, the RNGs and the run files."""
+
+    def __init__(self, cfg: TrainConfig):
+        self.cfg = cfg
+        if cfg.advantage_mode not in ADVANTAGE_MODES:
+            raise ScrlError(f"unknown advantage_mode {cfg.advantage_mode!r}; choose one of "
+                            f"{ADVANTAGE_MODES}")
+        if cfg.optimizer not in OPTIMIZERS:
+            raise ScrlError(f"unknown optimizer {cfg.optimizer!r}; choose sgd or adam")
+        if cfg.advantage_mode == "grpo" and cfg.group_size < 2:
+            raise ScrlError(f"grpo advantages need group_size >= 2, got {cfg.group_size}")
+        if cfg.weight_level not in LEVELS:
+            raise ScrlError(f"unknown weight_level {cfg.weight_level!r}; choose one of {LEVELS}")
+        if cfg.weighting not in WEIGHTINGS:
+            raise ScrlError(f"unknown weighting {cfg.weighting!r}; choose one of {WEIGHTINGS}")
+        if cfg.sampler_precision not in PRECISIONS:
+            raise ScrlError(f"unknown sampler_precision {cfg.sampler_precision!r}; choose one of "
+                            f"{PRECISIONS}")
+        self.out = Path(cfg.out_dir)  # created once everything below has been validated
+        torch.manual_seed(cfg.seed)
+        self.policy, self.tok = load_policy(cfg.model)
+        V = self.policy.config.vocab_size
+        k = min(128, V) if cfg.k is None else cfg.k
+        if k > V:
+            raise ScrlError(f"head size k={cfg.k} is larger than the vocabulary "
+                            f"({V} tokens)")
+        if cfg.sampler == "torch":
+            self.sampler = TorchSampler(
+                self.policy.config, precision=cfg.sampler_precision, k=k, temperature=cfg.temperature,
+                noise_std=cfg.noise_std, staleness=cfg.staleness, seed=cfg.seed, fp8_backend=cfg.fp8_backend)
+        elif cfg.sampler == "vllm":
+            self.sampler = VLLMSampler(
+                cfg.model, precision=vllm_precision_for(cfg.sampler_precision, cfg.vllm_precision),
+                k=k, temperature=cfg.temperature, seed=cfg.seed, noise_std=cfg.noise_std, staleness=cfg.staleness,
+                kv_cache_gib=0.5)
+        else:
+            raise ScrlError(f"unknown sampler {cfg.sampler!r}; choose torch or vllm")
+        self.dataset = make_task_dataset(cfg.n_prompts, seed=cfg.seed)
+        self.prompt_ids = [self._encode(p) for p in self.dataset["prompt"]]
+        opt_cls = torch.optim.SGD if cfg.optimizer == "sgd" else torch.optim.Adam
+        self.opt = opt_cls(self.policy.parameters(), lr=cfg.lr)
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.step = 0
+        self.eos_id = self.tok.eos_token_id
+        st = self.sampler.settings  # the sampler's numerics, repeated in every metrics line
+        self._sampler_record = dict(sampler_engine=st["engine"], sampler_precision=st["precision"],
+                                    sampler_weights=st["weights"], sampler_kv_cache=st["kv_cache_dtype"])
+        if "fp8_backend" in st:  # torch sampler only: how its FP8 GEMMs run
+            self._sampler_record["fp8_backend"] = st["fp8_backend"]
+        self.out.mkdir(parents=True, exist_ok=True)
+
+    def _encode(self, user_message: str) -> list:
+        if self.tok.chat_template:
+            return self.tok.apply_chat_template([{"role": "user", "content": user_message}],
+                                                add_generation_prompt=True, tokenize=True,
+                                                return_dict=False)
+        return self.tok(user_message)["input_ids"]
+
+    # --- run files -------------------------------------------------------------------------------
+    @property
+    def metrics_path(self) -> Path:
+        return self.out / "metrics.jsonl"
+
+    def _save_checkpoint(self) -> None:
+        state = dict(step=self.step, policy=self.policy.state_dict(), opt=self.opt.state_dict(),
+                     gen=self.gen.get_state(), torch_rng=torch.get_rng_state(),
+                     sampler_queue=self.sampler.queue_state())
+        tmp = self.out / "checkpoint.pt.tmp"
+        torch.save(state, tmp)
+        os.replace(tmp, self.out / "checkpoint.pt")  # atomic: an interrupt never leaves half a file
+
+    def _resume(self) -> None:
+        """Continue from checkpoint.pt if present: restore state, drop log lines past its step."""
+        cfg_path = self.out / "config.json"
+        mine = json.loads(json.dumps(dataclasses.asdict(self.cfg)))
+        ckpt = self.out / "checkpoint.pt"
+        if ckpt.exists():
+            saved = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
+            # a field newer than the saved run counts as its default value
+            default = json.loads(json.dumps(dataclasses.asdict(TrainConfig())))
+            diff = {k: (saved.get(k, default[k]), v) for k, v in mine.items()
+                    if k not in ("steps", "progress", "out_dir", "checkpoint_every")
+                    and saved.get(k, default[k]) != v}
+            if diff:
+                raise ScrlError(f"{self.out} holds a run with a different config {diff}; "
+                                f"use another out_dir or delete it")
+            state = torch.load(ckpt, weights_only=False)
+            self.policy.load_state_dict(state["policy"])
+            self.opt.load_state_dict(state["opt"])
+            self.gen.set_state(state["gen"])
+            torch.set_rng_state(state["torch_rng"])
+            self.sampler.restore_queue(state["sampler_queue"])
+            self.step = state["step"]
+            kept = [r for r in read_metrics(self.metrics_path) if r["step"] < self.step]
+            self.metrics_path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        else:
+            self.metrics_path.unlink(missing_ok=True)
+            self.sampler.push_weights(self.policy.state_dict())
+        cfg_path.write_text(json.dumps(mine, indent=1))
+
+    # --- one RL step -----------------------------------------------------------------------------
+    def train_step(self) -> dict:
+        cfg, t0 = self.cfg, time.time()
+        # 1. prompts: prompts_per_step distinct prompts, each repeated G times (a GRPO group)
+        pick = torch.randperm(len(self.prompt_ids), generator=self.gen)[:cfg.prompts_per_step]
+        prompts = [self.prompt_ids[i] for i in pick.tolist() for _ in range(cfg.group_size)]
+        # 2. rollout on the sampler (FP8 / bf16, maybe noisy, maybe stale)
+        ro = self.sampler.generate(prompts, cfg.max_new_tokens, self.eos_id, self.tok.pad_token_id,
+                                   generator=self.gen)
+        # 3. rewards from the verifier, advantages per mode
+        texts = self.tok.batch_decode(ro.completion_ids.masked_fill(~ro.completion_mask,
+                                                                     self.tok.pad_token_id),
+                                      skip_special_tokens=True)
+        rewards = torch.tensor([distinct_names_reward(t, cfg.names_target) for t in texts])
+        adv = compute_advantages(rewards, cfg.group_size, cfg.advantage_mode)  # (B,)
+        # 4. trainer log-probs at the sampling temperature, the loss, one optimizer step
+        self.policy.train()
+        logp, logp_head = trainer_logprobs(self.policy, ro, cfg.temperature)
+        per_token, d = score_centered_pg_loss(
+            logp, logp_head, ro.sampler_logp, ro.head_logp, adv, ro.completion_mask,
+            weighting=cfg.weighting, centering=cfg.centering, tis_cap=cfg.tis_cap,
+            mis_band=tuple(cfg.mis_band), level=cfg.weight_level)
+        loss = reduce_loss(per_token, ro.completion_mask)
+        if not torch.isfinite(loss):
+            raise ScrlError(f"non-finite loss at step {self.step}; last good checkpoint kept in "
+                            f"{self.out}")
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        clip = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), clip)
+        self.opt.step()
+        # 5. weight sync to the sampler
+        self.sampler.push_weights(self.policy.state_dict())
+        # 6. metrics over generated tokens
+        m = ro.completion_mask
+        lr_y = d["log_ratio"][m]  # log p − log q on sampled tokens
+        r = lr_y.exp()
+        lo, hi = cfg.mis_band
+        rec = dict(
+            step=self.step, reward=rewards.mean().item(), reward_std=rewards.std().item(),
+            completion_len=m.sum(1).float().mean().item(), loss=loss.item(),
+            kl_sampled=(-lr_y).mean().item(),  # k1 estimate of KL(q‖p) on sampled tokens
+            kl_k3=(r - 1 - lr_y).mean().item(),  # k3 estimate, ≥ 0
+            ratio_mean=r.mean().item(), ratio_min=r.min().item(), ratio_max=r.max().item(),
+            ratio_out_of_band=((r < lo) | (r > hi)).float().mean().item(),
+            head_mass_q=d["head_mass_q"][m].mean().item(), head_mass_p=d["head_mass_p"][m].mean().item(),
+            rho_mean=d["rho"][m].mean().item(), grad_norm=grad_norm.item(),
+            adv_mean=adv.mean().item(), seconds=time.time() - t0,
+            **self._sampler_record,
+        )
+        self.step += 1
+        return rec
+
+    def train(self) -> list:
+        """Run (or resume) to cfg.steps; append one JSON line per step; return all step records."""
+        from tqdm.auto import tqdm
+
+        self._resume()
+        (self.out / "sampler.json").write_text(json.dumps(self.sampler.settings, indent=1))
+        bar = tqdm(total=self.cfg.steps, initial=self.step, desc=Path(self.cfg.out_dir).name,
+                   disable=not self.cfg.progress, leave=False)
+        try:
+            with open(self.metrics_path, "a") as f:
+                while self.step < self.cfg.steps:
+                    rec = self.train_step()
+                    f.write(json.dumps(rec) + "\n")
+                    f.flush()
+                    bar.update(1)
+                    bar.set_postfix(reward=f"{rec['reward']:.3f}", kl=f"{rec['kl_sampled']:.4f}")
+                    if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps:
+                        self._save_checkpoint()
+        finally:
+            bar.close()  # before any error message, so it is not printed on the bar's line
+        return read_metrics(self.metrics_path)
+
+
+def train(cfg: TrainConfig) -> list:
+    """Run or resume one RL run described by `cfg`; returns its per-step metric records."""
+    return Trainer(cfg).train()
+
+
+def _train_one_thread(cfg: TrainConfig) -> list:
+    torch.set_num_threads(1)
+    return train(dataclasses.replace(cfg, progress=False))
+
+
+def train_many(configs: list, workers: int = 2) -> list:
+    """Run (or resume) several runs, `workers` at a time in separate processes of one CPU thread
+    each (small models use two cores better as two runs than as one run on two threads).
+
+    Returns the per-step records of each config, in order. A failed run raises after the others
+    finish, naming its out_dir; finished runs keep their metrics and checkpoints. Workers are
+    spawned, so a script that calls this needs the ``if __name__ == "__main__":`` guard
+    (notebooks do not).
+    """
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    import multiprocessing as mp
+
+    from tqdm.auto import tqdm
+
+    if workers <= 1:
+        return [train(c) for c in configs]
+    results, errors = [None] * len(configs), []
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+        futs = {pool.submit(_train_one_thread, c): i for i, c in enumerate(configs)}
+        for fut in tqdm(as_completed(futs), total=len(futs), desc="runs"):
+            i = futs[fut]
+            try:
+                results[i] = fut.result()
+            except Exception as e:  # keep going: the other runs' results are worth keeping
+                errors.append(f"{configs[i].out_dir}: {type(e).__name__}: {e}")
+    if errors:
+        raise ScrlError("some runs failed:\n  " + "\n  ".join(errors))
+    return results
+
+
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+# Entry point
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+CHOICES = dict(advantage_mode=ADVANTAGE_MODES, optimizer=OPTIMIZERS, sampler=SAMPLERS,
+               sampler_precision=PRECISIONS, vllm_precision=("auto", *VLLM_PRECISIONS),
+               weighting=WEIGHTINGS, weight_level=LEVELS, fp8_backend=FP8_BACKENDS)
+
+
+def _parse_bool(s: str) -> bool:
+    if s.lower() in ("1", "true", "yes", "on"):
+        return True
+    if s.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(s)
+
+
+def _field_help() -> dict:
+    """TrainConfig's trailing field comments (its documentation), by field name, for --help."""
+    import inspect
+
+    doc = {}
+    for line in inspect.getsource(TrainConfig).splitlines():
+        m = re.match(r"\s+(\w+): .*?  # (.*)$", line)
+        if m:
+            doc[m.group(1)] = m.group(2)
+    return doc
+
+
+def main(argv=None) -> None:
+    """`python -m scrl_min`: one RL run from TrainConfig's fields as flags. A ScrlError (bad config,
+    missing model, broken sampler) ends the run with a one-line message and exit status 1."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(
+        prog="python -m scrl_min", description=__doc__.split("\n")[0], allow_abbrev=False,
+        epilog="An --arm preset sets sampler_precision, weighting and centering (and noise_std=0 for "
+               "bf16); flags given explicitly override it, e.g. --arm tis --centering true is TIS + SC.")
+    ap.add_argument("--arm", choices=sorted(ARMS), default=argparse.SUPPRESS,
+                    help="named preset over the fields below: " + "; ".join(
+                        f"{a}: " + ", ".join(f"{k}={v}" for k, v in p.items()) for a, p in ARMS.items()))
+    doc = _field_help()
+    for f in dataclasses.fields(TrainConfig):
+        kw = dict(default=argparse.SUPPRESS, choices=CHOICES.get(f.name),
+                  help=f"{doc.get(f.name, '')} (default: {f.default})")
+        if f.type in ("bool", bool):
+            kw["type"] = _parse_bool
+        elif f.name == "mis_band":
+            kw.update(type=float, nargs=2)
+        elif f.name == "k":
+            kw["type"] = int
+        else:
+            kw["type"] = type(f.default)
+        ap.add_argument(f"--{f.name}", **kw)
+    given = vars(ap.parse_args(argv))
+    arm = given.pop("arm", None)
+    try:
+        cfg = arm_config(arm, **given) if arm else TrainConfig(**given)
+        recs = train(cfg)
+    except ScrlError as e:
+        sys.exit(f"python -m scrl_min: error: {e}")
+    last = recs[-min(20, len(recs)):]
+    print(f"{arm or 'run'}: {len(recs)} steps, reward over the last {len(last)} steps "
+          f"{sum(r['reward'] for r in last) / max(1, len(last)):.3f}  ({cfg.out_dir}/metrics.jsonl)")
+
+
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+# █████████████████████████████████████████████████████████████████████████████████████████████████
+# ENGINE GLUE: the FP8 layer, the samplers and vLLM's log-probs turned into dense tensors.
+# Everything above is the method; everything below produces its inputs (a `Rollout`).
+# █████████████████████████████████████████████████████████████████████████████████████████████████
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
 
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 # FP8
@@ -600,62 +1058,6 @@ class FP8Linear(nn.Module):
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 # Samplers
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
-@dataclass
-class Rollout:
-    """What a sampler returns for B sequences of at most T generated tokens (dense tensors).
-
-    prompt_ids (B, P) long, left-padded; prompt_mask (B, P) bool; completion_ids (B, T) long;
-    completion_mask (B, T) bool (True at sampled tokens, EOS included; False after it);
-    sampler_logp (B, T) float32, log q(y_t) at the sampling temperature; head_ids (B, T, k) long, the
-    sampler's top-k ids; head_logp (B, T, k) float32, their log q (full-vocabulary normalized at the
-    sampling temperature, -inf in empty slots).
-    """
-
-    prompt_ids: torch.Tensor
-    prompt_mask: torch.Tensor
-    completion_ids: torch.Tensor
-    completion_mask: torch.Tensor
-    sampler_logp: torch.Tensor
-    head_ids: torch.Tensor
-    head_logp: torch.Tensor
-
-
-def validate_rollout(ro: Rollout, vocab_size: int, exact_support: bool = False) -> None:
-    """Check the sampler contract; raise RolloutError naming the first bad (sequence, position).
-
-    Checks: ids inside [0, V); the sampled token's log-prob present (finite, not the -9999 stand-in),
-    not NaN, <= 0 (rounding tolerance 1e-4); head log-probs not NaN, <= 0; no id twice in a head
-    row; head mass Σ_H q <= 1 + 1e-3; with exact_support (the sampler drew from its head only), the
-    sampled token is in its head row. Only generated positions (completion_mask) are checked.
-    """
-    m = ro.completion_mask
-
-    def first(bad: torch.Tensor, what: str) -> None:
-        if bad.any():
-            b, t = bad.nonzero()[0].tolist()[:2]
-            raise RolloutError(f"rollout: {what} at sequence {b}, completion position {t}")
-
-    first(m & ((ro.completion_ids < 0) | (ro.completion_ids >= vocab_size)), "sampled id outside "
-          f"the vocabulary [0, {vocab_size})")
-    first(m & torch.isnan(ro.sampler_logp), "NaN sampler log-prob")
-    first(m & (~torch.isfinite(ro.sampler_logp) | (ro.sampler_logp <= EMPTY_LOGP)),
-          "missing (non-finite or stand-in) sampler log-prob of the sampled token")
-    first(m & (ro.sampler_logp > 1e-4), "positive sampler log-prob")
-    valid = ro.head_logp > EMPTY_LOGP
-    first(m & torch.isnan(ro.head_logp).any(-1), "NaN in the sampler's top-k log-probs")
-    first(m & (valid & ((ro.head_ids < 0) | (ro.head_ids >= vocab_size))).any(-1),
-          f"head id outside the vocabulary [0, {vocab_size})")
-    first(m & (valid & (ro.head_logp > 1e-4)).any(-1), "positive log-prob in the sampler's head")
-    ids = torch.where(valid, ro.head_ids, -1 - torch.arange(ro.head_ids.shape[-1]))  # empties distinct
-    srt = ids.sort(-1).values
-    first(m & (srt[..., 1:] == srt[..., :-1]).any(-1), "duplicated id in the sampler's head")
-    head_mass = torch.where(valid, ro.head_logp.exp(), torch.zeros_like(ro.head_logp)).sum(-1)
-    first(m & (head_mass > 1 + 1e-3), "sampler head mass above 1")
-    if exact_support:
-        inside = (valid & (ro.head_ids == ro.completion_ids[..., None])).any(-1)
-        first(m & ~inside, "sampled token outside the sampler's head (exact_support)")
-
-
 def _left_pad(prompts: list, pad_id: int):
     """Token-id lists → (prompt_ids (B, P) long, prompt_mask (B, P) bool), left-padded to the longest."""
     B, P = len(prompts), max(len(p) for p in prompts)
@@ -729,19 +1131,19 @@ class TorchSampler(_WeightQueue):
     ``sampler.generate(prompts, max_new_tokens, eos_id, pad_id)``.
     """
 
-    def __init__(self, config, precision: str = "fp8", top_k: int = 128, temperature: float = 1.0,
+    def __init__(self, config, precision: str = "fp8", k: int = 128, temperature: float = 1.0,
                  noise_std: float = 0.0, staleness: int = 0, seed: int = 0,
                  fp8_backend: str = "scaled_mm"):
         from transformers import AutoModelForCausalLM
 
         if precision not in PRECISIONS:
             raise ScrlError(f"unknown sampler precision {precision!r}; choose one of {PRECISIONS}")
-        if top_k < 1 or top_k > config.vocab_size:
-            raise ScrlError(f"top_k_logprobs k={top_k} must be in [1, vocab size {config.vocab_size}]")
+        if k < 1 or k > config.vocab_size:
+            raise ScrlError(f"head size k={k} must be in [1, vocab size {config.vocab_size}]")
         if temperature <= 0:
             raise ScrlError(f"temperature must be > 0, got {temperature}")
         self._init_queue(staleness, noise_std, seed)
-        self.precision, self.k, self.temperature = precision, top_k, temperature
+        self.precision, self.k, self.temperature = precision, k, temperature
         self.vocab_size = config.vocab_size
         self.model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
         self.fp8_layers = {}
@@ -756,7 +1158,7 @@ class TorchSampler(_WeightQueue):
         # the numerics, for the run's metrics (the same keys as VLLMSampler.settings)
         self.settings = dict(engine="torch", platform="cpu", precision=precision,
                              weights={"fp8": "fp8_e4m3 (W8A8)"}.get(precision, precision),
-                             kv_cache_dtype="float32", fp8_backend=self.fp8_backend, k=top_k,
+                             kv_cache_dtype="float32", fp8_backend=self.fp8_backend, k=k,
                              temperature=temperature)
 
     @property
@@ -847,7 +1249,6 @@ class TorchSampler(_WeightQueue):
 #   |Δ log p| beyond the precision's rounding level stops the run (zeroed layers, broken FP8 scales).
 #   Staleness and weight noise work as in `TorchSampler` (`_WeightQueue`). No top-p/top-k/min-p
 #   filters: q would be the filtered distribution; they are refused at start-up.
-VLLM_PRECISIONS = ("bf16", "fp8_kv", "fp8")
 # Mean |log p_engine − log p_float32| over the probe's 67 positions (T = 1) above which a push counts
 # as broken. Measured on the embedded model, bf16 engine on a 2-core AVX2 CPU: a good push 0.0095
 # (max 0.045; the same after a 10% relative perturbation of every matrix); zeroing one decoder
@@ -861,8 +1262,8 @@ PROBE_TEXT = ("def read_config(path, mode='r'):\n    \"\"\"Read a config file an
               "    return [x for x in lines if x and not x.startswith('#')]\n")
 
 
-def vllm_precision_for(arm_precision: str, choice: str = "auto") -> str:
-    """The vLLM numerics of an arm. choice "auto": the bf16 reference → "bf16"; FP8 arms → "fp8"
+def vllm_precision_for(sampler_precision: str, choice: str = "auto") -> str:
+    """The vLLM numerics for a sampler precision. choice "auto": the bf16 reference → "bf16"; FP8 arms → "fp8"
     (FP8 weights + FP8 KV cache) on a GPU, "fp8_kv" on a CPU that supports it (AVX-512 or AMX).
     Any other choice is used as is. Raises ScrlError for an unknown choice, or for "auto" with an FP8
     arm on a CPU that has no FP8 path (then the only vLLM numerics are bf16: say so explicitly)."""
@@ -870,7 +1271,7 @@ def vllm_precision_for(arm_precision: str, choice: str = "auto") -> str:
         if choice not in VLLM_PRECISIONS:
             raise ScrlError(f"unknown vllm_precision {choice!r}; choose auto or one of {VLLM_PRECISIONS}")
         return choice
-    if arm_precision != "fp8":
+    if sampler_precision != "fp8":
         return "bf16"
     if torch.cuda.is_available():
         return "fp8"
@@ -904,7 +1305,7 @@ class VLLMSampler(_WeightQueue):
     model: checkpoint directory (config.json, safetensors, tokenizer) the engine starts from.
     noise_std, staleness: persistent relative weight noise σ and staleness s, as in TorchSampler.
     precision: "bf16" | "fp8_kv" | "fp8" (GPU only), see the module docstring.
-    top_k: k, the size of the returned head H; None means min(128, V). The engine is built with
+    k: the size of the returned head H; None means min(128, V). The engine is built with
       max_logprobs = k. temperature: sampling temperature T (q = softmax(z / T)). seed: engine
       seed and default per-request seed stream. top_p / filter_top_k / min_p: refused unless
       disabled. max_model_len: prompt + completion tokens. kv_cache_gib (CPU) /
@@ -921,7 +1322,7 @@ class VLLMSampler(_WeightQueue):
     """
 
     def __init__(self, model: str = str(DEFAULT_MODEL_PATH), precision: str = "bf16",
-                 top_k: Optional[int] = None, temperature: float = 1.0, seed: int = 0, *,
+                 k: Optional[int] = None, temperature: float = 1.0, seed: int = 0, *,
                  noise_std: float = 0.0, staleness: int = 0,
                  top_p: float = 1.0, filter_top_k: int = 0, min_p: float = 0.0,
                  max_model_len: int = 512, kv_cache_gib: float = 1.0,
@@ -949,9 +1350,9 @@ class VLLMSampler(_WeightQueue):
         self.model_path = str(model)
         config = AutoConfig.from_pretrained(self.model_path)
         self.vocab_size = config.vocab_size
-        k = min(128, self.vocab_size) if top_k is None else top_k
+        k = min(128, self.vocab_size) if k is None else k
         if k < 1 or k > self.vocab_size:
-            raise ScrlError(f"top_k_logprobs k={k} must be in [1, vocab size {self.vocab_size}]")
+            raise ScrlError(f"head size k={k} must be in [1, vocab size {self.vocab_size}]")
         self.precision, self.k, self.temperature, self.seed = precision, k, temperature, seed
         self.flat, self.verify_push = flat, verify_push
         self.probe_tol = PROBE_TOL[precision] if probe_tol is None else probe_tol
@@ -1002,11 +1403,6 @@ class VLLMSampler(_WeightQueue):
         self.last_timing = {}  # seconds spent in the engine and in building tensors, last rollout
 
     # --- what the trainer reads ------------------------------------------------------------------
-    @property
-    def fp8_backend(self) -> str:
-        """For metrics.jsonl: "vllm_bf16", "vllm_fp8_kv" or "vllm_fp8"."""
-        return f"vllm_{self.precision}"
-
     def close(self) -> None:
         """Shut the engine down (only one this sampler built). In-process engines share vLLM's
         process-wide parallel state and the shutdown tears it down: every other engine in this
@@ -1269,310 +1665,3 @@ def _dense_from_dicts(seqs: list, B: int, T: int, k: int, pad_id: int):
                 head_ids[b, t, j] = tid if v != float("-inf") else 0
     return ids, cmask, logq, head_ids, head_logp
 
-
-# ═════════════════════════════════════════════════════════════════════════════════════════════════
-# Trainer
-# ═════════════════════════════════════════════════════════════════════════════════════════════════
-def load_policy(model: str):
-    """(model in float32, tokenizer) from a local path or HF model id. Raises ScrlError if missing."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # a bar per load clutters logs of many short runs
-    path = Path(model)
-    if not path.exists() and (model.startswith((".", "/", "~")) or len(path.parts) > 2):
-        raise ScrlError(f"model checkpoint not found: {model!r} (give a local directory with "
-                        f"config.json and model.safetensors, or a Hugging Face model id)")
-    try:
-        tok = AutoTokenizer.from_pretrained(model)
-        policy = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
-    except OSError as e:
-        raise ScrlError(f"could not load model {model!r}: {e}") from e
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
-    return policy, tok
-
-
-def trainer_logprobs(model, ro: Rollout, temperature: float):
-    """Trainer log-probs at the sampling temperature: (logp (B, T), logp_head (B, T, k)), with grad.
-
-    Position alignment: the logits at row (P − 1 + t) of prompt+completion score completion token t.
-    """
-    ids = torch.cat([ro.prompt_ids, ro.completion_ids], dim=1)  # (B, P + T)
-    attn = torch.cat([ro.prompt_mask, ro.completion_mask], dim=1).long()
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits  # (B, P+T, V)
-    P, T = ro.prompt_ids.shape[1], ro.completion_ids.shape[1]
-    logits = logits[:, P - 1:P - 1 + T]  # (B, T, V): row P-1+t predicts completion token t
-    both = torch.cat([ro.completion_ids[..., None], ro.head_ids], dim=-1)  # (B, T, 1 + k)
-    lp = gather_logprobs(logits, both, temperature)
-    return lp[..., 0], lp[..., 1:]
-
-
-def read_metrics(path) -> list:
-    """All step records of a metrics.jsonl file (list of dicts); [] if it does not exist."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-class Trainer:
-    """GRPO-style trainer: owns the policy, the optimizer, the sampler, the RNGs and the run files."""
-
-    def __init__(self, cfg: TrainConfig):
-        self.cfg = cfg
-        arm = arm_settings(cfg.arm)
-        if cfg.advantage_mode not in ADVANTAGE_MODES:
-            raise ScrlError(f"unknown advantage_mode {cfg.advantage_mode!r}; choose one of "
-                            f"{ADVANTAGE_MODES}")
-        if cfg.optimizer not in OPTIMIZERS:
-            raise ScrlError(f"unknown optimizer {cfg.optimizer!r}; choose sgd or adam")
-        if cfg.advantage_mode == "grpo" and cfg.group_size < 2:
-            raise ScrlError(f"grpo advantages need group_size >= 2, got {cfg.group_size}")
-        if cfg.weight_level not in LEVELS:
-            raise ScrlError(f"unknown weight_level {cfg.weight_level!r}; choose one of {LEVELS}")
-        self.weighting, self.centering = arm["weighting"], arm["centering"]
-        self.out = Path(cfg.out_dir)  # created once everything below has been validated
-        torch.manual_seed(cfg.seed)
-        self.policy, self.tok = load_policy(cfg.model)
-        V = self.policy.config.vocab_size
-        k = min(128, V) if cfg.top_k_logprobs is None else cfg.top_k_logprobs
-        if k > V:
-            raise ScrlError(f"top_k_logprobs k={cfg.top_k_logprobs} is larger than the vocabulary "
-                            f"({V} tokens)")
-        noise = cfg.noise_std if arm["mismatch"] else 0.0
-        if cfg.sampler == "torch":
-            self.sampler = TorchSampler(
-                self.policy.config, precision=arm["precision"], top_k=k, temperature=cfg.temperature,
-                noise_std=noise, staleness=cfg.staleness, seed=cfg.seed, fp8_backend=cfg.fp8_backend)
-        elif cfg.sampler == "vllm":
-            self.sampler = VLLMSampler(
-                cfg.model, precision=vllm_precision_for(arm["precision"], cfg.vllm_precision), top_k=k,
-                temperature=cfg.temperature, seed=cfg.seed, noise_std=noise, staleness=cfg.staleness,
-                kv_cache_gib=0.5)
-        else:
-            raise ScrlError(f"unknown sampler {cfg.sampler!r}; choose torch or vllm")
-        self.dataset = make_task_dataset(cfg.n_prompts, seed=cfg.seed)
-        self.prompt_ids = [self._encode(p) for p in self.dataset["prompt"]]
-        opt_cls = torch.optim.SGD if cfg.optimizer == "sgd" else torch.optim.Adam
-        self.opt = opt_cls(self.policy.parameters(), lr=cfg.lr)
-        self.gen = torch.Generator().manual_seed(cfg.seed)
-        self.step = 0
-        self.eos_id = self.tok.eos_token_id
-        self.out.mkdir(parents=True, exist_ok=True)
-
-    def _encode(self, user_message: str) -> list:
-        if self.tok.chat_template:
-            return self.tok.apply_chat_template([{"role": "user", "content": user_message}],
-                                                add_generation_prompt=True, tokenize=True,
-                                                return_dict=False)
-        return self.tok(user_message)["input_ids"]
-
-    # --- run files -------------------------------------------------------------------------------
-    @property
-    def metrics_path(self) -> Path:
-        return self.out / "metrics.jsonl"
-
-    def _save_checkpoint(self) -> None:
-        state = dict(step=self.step, policy=self.policy.state_dict(), opt=self.opt.state_dict(),
-                     gen=self.gen.get_state(), torch_rng=torch.get_rng_state(),
-                     sampler_queue=self.sampler.queue_state())
-        tmp = self.out / "checkpoint.pt.tmp"
-        torch.save(state, tmp)
-        os.replace(tmp, self.out / "checkpoint.pt")  # atomic: an interrupt never leaves half a file
-
-    def _resume(self) -> None:
-        """Continue from checkpoint.pt if present: restore state, drop log lines past its step."""
-        cfg_path = self.out / "config.json"
-        mine = json.loads(json.dumps(dataclasses.asdict(self.cfg)))
-        ckpt = self.out / "checkpoint.pt"
-        if ckpt.exists():
-            saved = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
-            # a field newer than the saved run counts as its default value
-            default = json.loads(json.dumps(dataclasses.asdict(TrainConfig())))
-            diff = {k: (saved.get(k, default[k]), v) for k, v in mine.items()
-                    if k not in ("steps", "progress", "out_dir", "checkpoint_every")
-                    and saved.get(k, default[k]) != v}
-            if diff:
-                raise ScrlError(f"{self.out} holds a run with a different config {diff}; "
-                                f"use another out_dir or delete it")
-            state = torch.load(ckpt, weights_only=False)
-            self.policy.load_state_dict(state["policy"])
-            self.opt.load_state_dict(state["opt"])
-            self.gen.set_state(state["gen"])
-            torch.set_rng_state(state["torch_rng"])
-            self.sampler.restore_queue(state["sampler_queue"])
-            self.step = state["step"]
-            kept = [r for r in read_metrics(self.metrics_path) if r["step"] < self.step]
-            self.metrics_path.write_text("".join(json.dumps(r) + "\n" for r in kept))
-        else:
-            self.metrics_path.unlink(missing_ok=True)
-            self.sampler.push_weights(self.policy.state_dict())
-        cfg_path.write_text(json.dumps(mine, indent=1))
-
-    # --- one RL step -----------------------------------------------------------------------------
-    def train_step(self) -> dict:
-        cfg, t0 = self.cfg, time.time()
-        # 1. prompts: prompts_per_step distinct prompts, each repeated G times (a GRPO group)
-        pick = torch.randperm(len(self.prompt_ids), generator=self.gen)[:cfg.prompts_per_step]
-        prompts = [self.prompt_ids[i] for i in pick.tolist() for _ in range(cfg.group_size)]
-        # 2. rollout on the sampler (FP8 / bf16, maybe noisy, maybe stale)
-        ro = self.sampler.generate(prompts, cfg.max_new_tokens, self.eos_id, self.tok.pad_token_id,
-                                   generator=self.gen)
-        # 3. rewards from the verifier, advantages per mode
-        texts = self.tok.batch_decode(ro.completion_ids.masked_fill(~ro.completion_mask,
-                                                                     self.tok.pad_token_id),
-                                      skip_special_tokens=True)
-        rewards = torch.tensor([distinct_names_reward(t, cfg.names_target) for t in texts])
-        adv = compute_advantages(rewards, cfg.group_size, cfg.advantage_mode)  # (B,)
-        # 4. trainer log-probs at the sampling temperature, the loss, one optimizer step
-        self.policy.train()
-        logp, logp_head = trainer_logprobs(self.policy, ro, cfg.temperature)
-        per_token, d = score_centered_pg_loss(
-            logp, logp_head, ro.sampler_logp, ro.head_logp, adv, ro.completion_mask,
-            weighting=self.weighting, centering=self.centering, tis_cap=cfg.tis_cap,
-            mis_band=tuple(cfg.mis_band), level=cfg.weight_level)
-        loss = reduce_loss(per_token, ro.completion_mask)
-        if not torch.isfinite(loss):
-            raise ScrlError(f"non-finite loss at step {self.step}; last good checkpoint kept in "
-                            f"{self.out}")
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        clip = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), clip)
-        self.opt.step()
-        # 5. weight sync to the sampler
-        self.sampler.push_weights(self.policy.state_dict())
-        # 6. metrics over generated tokens
-        m = ro.completion_mask
-        lr_y = d["log_ratio"][m]  # log p − log q on sampled tokens
-        r = lr_y.exp()
-        lo, hi = cfg.mis_band
-        rec = dict(
-            step=self.step, reward=rewards.mean().item(), reward_std=rewards.std().item(),
-            completion_len=m.sum(1).float().mean().item(), loss=loss.item(),
-            kl_sampled=(-lr_y).mean().item(),  # k1 estimate of KL(q‖p) on sampled tokens
-            kl_k3=(r - 1 - lr_y).mean().item(),  # k3 estimate, ≥ 0
-            ratio_mean=r.mean().item(), ratio_min=r.min().item(), ratio_max=r.max().item(),
-            ratio_out_of_band=((r < lo) | (r > hi)).float().mean().item(),
-            head_mass_q=d["head_mass_q"][m].mean().item(), head_mass_p=d["head_mass_p"][m].mean().item(),
-            rho_mean=d["rho"][m].mean().item(), grad_norm=grad_norm.item(),
-            adv_mean=adv.mean().item(), seconds=time.time() - t0, fp8_backend=self.sampler.fp8_backend,
-            sampler_weights=self.sampler.settings["weights"],
-            sampler_kv_cache=self.sampler.settings["kv_cache_dtype"],
-        )
-        self.step += 1
-        return rec
-
-    def train(self) -> list:
-        """Run (or resume) to cfg.steps; append one JSON line per step; return all step records."""
-        from tqdm.auto import tqdm
-
-        self._resume()
-        (self.out / "sampler.json").write_text(json.dumps(self.sampler.settings, indent=1))
-        bar = tqdm(total=self.cfg.steps, initial=self.step, desc=f"{self.cfg.arm}",
-                   disable=not self.cfg.progress, leave=False)
-        try:
-            with open(self.metrics_path, "a") as f:
-                while self.step < self.cfg.steps:
-                    rec = self.train_step()
-                    f.write(json.dumps(rec) + "\n")
-                    f.flush()
-                    bar.update(1)
-                    bar.set_postfix(reward=f"{rec['reward']:.3f}", kl=f"{rec['kl_sampled']:.4f}")
-                    if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps:
-                        self._save_checkpoint()
-        finally:
-            bar.close()  # before any error message, so it is not printed on the bar's line
-        return read_metrics(self.metrics_path)
-
-
-def train(cfg: TrainConfig) -> list:
-    """Run or resume one RL run described by `cfg`; returns its per-step metric records."""
-    return Trainer(cfg).train()
-
-
-def _train_one_thread(cfg: TrainConfig) -> list:
-    torch.set_num_threads(1)
-    return train(dataclasses.replace(cfg, progress=False))
-
-
-def train_many(configs: list, workers: int = 2) -> list:
-    """Run (or resume) several runs, `workers` at a time in separate processes of one CPU thread
-    each (small models use two cores better as two runs than as one run on two threads).
-
-    Returns the per-step records of each config, in order. A failed run raises after the others
-    finish, naming its out_dir; finished runs keep their metrics and checkpoints. Workers are
-    spawned, so a script that calls this needs the ``if __name__ == "__main__":`` guard
-    (notebooks do not).
-    """
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    import multiprocessing as mp
-
-    from tqdm.auto import tqdm
-
-    if workers <= 1:
-        return [train(c) for c in configs]
-    results, errors = [None] * len(configs), []
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-        futs = {pool.submit(_train_one_thread, c): i for i, c in enumerate(configs)}
-        for fut in tqdm(as_completed(futs), total=len(futs), desc="runs"):
-            i = futs[fut]
-            try:
-                results[i] = fut.result()
-            except Exception as e:  # keep going: the other runs' results are worth keeping
-                errors.append(f"{configs[i].out_dir}: {type(e).__name__}: {e}")
-    if errors:
-        raise ScrlError("some runs failed:\n  " + "\n  ".join(errors))
-    return results
-
-
-# ═════════════════════════════════════════════════════════════════════════════════════════════════
-# Entry point
-# ═════════════════════════════════════════════════════════════════════════════════════════════════
-CHOICES = dict(arm=sorted(ARMS), advantage_mode=ADVANTAGE_MODES, optimizer=OPTIMIZERS, sampler=SAMPLERS,
-               vllm_precision=("auto", *VLLM_PRECISIONS), weight_level=LEVELS, fp8_backend=FP8_BACKENDS)
-
-
-def _field_help() -> dict:
-    """TrainConfig's trailing field comments (its documentation), by field name, for --help."""
-    import inspect
-
-    doc = {}
-    for line in inspect.getsource(TrainConfig).splitlines():
-        m = re.match(r"\s+(\w+): .*?  # (.*)$", line)
-        if m:
-            doc[m.group(1)] = m.group(2)
-    return doc
-
-
-def main(argv=None) -> None:
-    """`python -m scrl_min`: one RL run from TrainConfig's fields as flags. A ScrlError (bad config,
-    missing model, broken sampler) ends the run with a one-line message and exit status 1."""
-    import argparse
-    import sys
-
-    ap = argparse.ArgumentParser(prog="python -m scrl_min", description=__doc__.split("\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                                 allow_abbrev=False)
-    doc = _field_help()
-    for f in dataclasses.fields(TrainConfig):
-        kw = dict(default=f.default, help=doc.get(f.name, " "), choices=CHOICES.get(f.name))
-        if f.type in ("bool", bool):
-            kw["type"] = lambda s: s.lower() in ("1", "true", "yes")
-        elif f.name == "mis_band":
-            kw.update(type=float, nargs=2)
-        elif f.name == "top_k_logprobs":
-            kw["type"] = int
-        else:
-            kw["type"] = type(f.default)
-        ap.add_argument(f"--{f.name}", **kw)
-    cfg = TrainConfig(**vars(ap.parse_args(argv)))
-    try:
-        recs = train(cfg)
-    except ScrlError as e:
-        sys.exit(f"python -m scrl_min: error: {e}")
-    last = recs[-min(20, len(recs)):]
-    print(f"{cfg.arm}: {len(recs)} steps, reward over the last {len(last)} steps "
-          f"{sum(r['reward'] for r in last) / max(1, len(last)):.3f}  ({cfg.out_dir}/metrics.jsonl)")

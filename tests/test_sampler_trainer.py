@@ -74,7 +74,7 @@ def test_fp8_backends_agree():
 def test_rollout_contract_against_teacher_forced_forward(policy, precision):
     model, tok = policy
     T, k, temp = 8, 16, 0.7
-    s = TorchSampler(model.config, precision=precision, top_k=k, temperature=temp, seed=0)
+    s = TorchSampler(model.config, precision=precision, k=k, temperature=temp, seed=0)
     s.push_weights(model.state_dict())
     prompts = prompts_of(tok, 3)
     ro = s.generate(prompts, T, tok.eos_token_id, tok.pad_token_id, torch.Generator().manual_seed(0))
@@ -112,7 +112,7 @@ def test_rollout_contract_against_teacher_forced_forward(policy, precision):
 def test_fp32_sampler_matches_trainer_at_aligned_positions(policy):
     """Trainer row (P − 1 + t) scores completion token t; shifting by one position must not match."""
     model, tok = policy
-    s = TorchSampler(model.config, precision="fp32", top_k=8, temperature=0.7)
+    s = TorchSampler(model.config, precision="fp32", k=8, temperature=0.7)
     s.push_weights(model.state_dict())
     ro = s.generate(prompts_of(tok, 4), 10, tok.eos_token_id, tok.pad_token_id,
                     torch.Generator().manual_seed(1))
@@ -127,7 +127,7 @@ def test_fp32_sampler_matches_trainer_at_aligned_positions(policy):
 
 def test_left_padding_does_not_change_logprobs(policy):
     model, tok = policy
-    s = TorchSampler(model.config, precision="fp32", top_k=4, temperature=1.0)
+    s = TorchSampler(model.config, precision="fp32", k=4, temperature=1.0)
     s.push_weights(model.state_dict())
     prompts = prompts_of(tok, 6)
     assert len({len(p) for p in prompts}) > 1  # really different lengths, so padding happens
@@ -148,13 +148,13 @@ def test_staleness_and_persistent_noise(policy):
     sd0 = model.state_dict()
     sd1 = {k: v + 0.01 if v.is_floating_point() else v for k, v in sd0.items()}
     name = "model.layers.0.mlp.up_proj.weight"
-    stale = TorchSampler(model.config, precision="fp32", top_k=4, staleness=1)
+    stale = TorchSampler(model.config, precision="fp32", k=4, staleness=1)
     stale.push_weights(sd0)
     stale.push_weights(sd1)  # lags by one push: still on sd0
     assert torch.equal(stale.model.state_dict()[name], sd0[name])
     stale.push_weights(sd1)
     assert torch.equal(stale.model.state_dict()[name], sd1[name])
-    noisy = TorchSampler(model.config, precision="fp32", top_k=4, noise_std=0.05, seed=3)
+    noisy = TorchSampler(model.config, precision="fp32", k=4, noise_std=0.05, seed=3)
     noisy.push_weights(sd0)
     f0 = noisy.model.state_dict()[name] / sd0[name]
     noisy.push_weights(sd1)
@@ -165,7 +165,7 @@ def test_staleness_and_persistent_noise(policy):
 
 def test_fp8_sampler_mismatch_is_real_and_small(policy):
     model, tok = policy
-    s = TorchSampler(model.config, precision="fp8", top_k=8)
+    s = TorchSampler(model.config, precision="fp8", k=8)
     s.push_weights(model.state_dict())
     ro = s.generate(prompts_of(tok, 8), 12, tok.eos_token_id, tok.pad_token_id,
                     torch.Generator().manual_seed(2))
@@ -216,9 +216,15 @@ def test_validate_rollout_names_sequence_and_position():
 def test_bad_configs_give_clear_errors(policy, tmp_path):
     model, _ = policy
     with pytest.raises(ScrlError, match="unknown arm 'fp8_sc'"):
-        Trainer(TrainConfig(arm="fp8_sc", out_dir=str(tmp_path)))
+        scrl_min.arm_config("fp8_sc", out_dir=str(tmp_path))
+    with pytest.raises(ScrlError, match=r"unknown TrainConfig field\(s\) \['top_k_logprobs'\]"):
+        scrl_min.arm_config("sc", top_k_logprobs=16)
+    with pytest.raises(ScrlError, match="unknown weighting 'cispo'"):
+        Trainer(TrainConfig(weighting="cispo", out_dir=str(tmp_path)))
+    with pytest.raises(ScrlError, match="unknown sampler_precision 'int4'"):
+        Trainer(TrainConfig(sampler_precision="int4", out_dir=str(tmp_path)))
     with pytest.raises(ScrlError, match="k=4096 is larger than the vocabulary"):
-        Trainer(TrainConfig(top_k_logprobs=4096, out_dir=str(tmp_path)))
+        Trainer(TrainConfig(k=4096, out_dir=str(tmp_path)))
     with pytest.raises(ScrlError, match="checkpoint not found"):
         Trainer(TrainConfig(model=str(tmp_path / "nope"), out_dir=str(tmp_path)))
     with pytest.raises(ScrlError, match="unknown advantage_mode"):
@@ -239,13 +245,13 @@ def test_reward_verifier():
 
 
 # ─── the trainer: a real run, parameters move, resume loses nothing ─────────────────────────────
-SMALL = dict(prompts_per_step=2, group_size=3, max_new_tokens=6, top_k_logprobs=16, progress=False,
+SMALL = dict(prompts_per_step=2, group_size=3, max_new_tokens=6, k=16, progress=False,
              checkpoint_every=2, lr=0.5)
 
 
 @pytest.mark.parametrize("weight_level", ["token", "sequence"])
 def test_training_run_logs_metrics_and_changes_parameters(tmp_path, weight_level):
-    cfg = TrainConfig(arm="sc_mis", steps=3, out_dir=str(tmp_path / "run"), weight_level=weight_level,
+    cfg = scrl_min.arm_config("sc_mis", steps=3, out_dir=str(tmp_path / "run"), weight_level=weight_level,
                       **SMALL)
     tr = Trainer(cfg)
     before = {k: v.clone() for k, v in tr.policy.state_dict().items()}
@@ -257,13 +263,14 @@ def test_training_run_logs_metrics_and_changes_parameters(tmp_path, weight_level
     assert recs[0]["fp8_backend"] in ("scaled_mm", "emulated")
     moved = sum(not torch.equal(before[k], v) for k, v in tr.policy.state_dict().items())
     assert moved > 10
-    assert json.loads((tmp_path / "run" / "config.json").read_text())["arm"] == "sc_mis"
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (saved["sampler_precision"], saved["weighting"], saved["centering"]) == ("fp8", "mis", True)
 
 
 def test_resume_after_interrupt_reproduces_the_uninterrupted_run(tmp_path):
-    full = Trainer(TrainConfig(arm="plain", steps=4, staleness=1, out_dir=str(tmp_path / "a"), **SMALL)).train()
+    full = Trainer(scrl_min.arm_config("plain", steps=4, staleness=1, out_dir=str(tmp_path / "a"), **SMALL)).train()
     # interrupted run: 3 steps logged, but the last checkpoint is at step 2
-    part = Trainer(TrainConfig(arm="plain", steps=3, staleness=1, out_dir=str(tmp_path / "b"), **SMALL))
+    part = Trainer(scrl_min.arm_config("plain", steps=3, staleness=1, out_dir=str(tmp_path / "b"), **SMALL))
     part.cfg.checkpoint_every = 2
     part._resume()
     with open(part.metrics_path, "a") as f:
@@ -273,7 +280,7 @@ def test_resume_after_interrupt_reproduces_the_uninterrupted_run(tmp_path):
             if part.step == 2:
                 part._save_checkpoint()
     assert len(scrl_min.read_metrics(part.metrics_path)) == 3
-    resumed = Trainer(TrainConfig(arm="plain", steps=4, staleness=1, out_dir=str(tmp_path / "b"), **SMALL)).train()
+    resumed = Trainer(scrl_min.arm_config("plain", steps=4, staleness=1, out_dir=str(tmp_path / "b"), **SMALL)).train()
     assert [r["step"] for r in resumed] == [0, 1, 2, 3]
     for a, b in zip(full, resumed):
         assert a["reward"] == b["reward"]
@@ -281,17 +288,17 @@ def test_resume_after_interrupt_reproduces_the_uninterrupted_run(tmp_path):
 
 
 def test_resume_refuses_a_different_config(tmp_path):
-    Trainer(TrainConfig(arm="sc", steps=2, out_dir=str(tmp_path), **SMALL)).train()
+    Trainer(scrl_min.arm_config("sc", steps=2, out_dir=str(tmp_path), **SMALL)).train()
     with pytest.raises(ScrlError, match="different config"):
-        Trainer(TrainConfig(arm="tis", steps=3, out_dir=str(tmp_path), **SMALL)).train()
+        Trainer(scrl_min.arm_config("tis", steps=3, out_dir=str(tmp_path), **SMALL)).train()
     # a run saved before a config field existed resumes when the field keeps its default ...
     saved = json.loads((tmp_path / "config.json").read_text())
     del saved["weight_level"]
     (tmp_path / "config.json").write_text(json.dumps(saved))
-    assert len(Trainer(TrainConfig(arm="sc", steps=3, out_dir=str(tmp_path), **SMALL)).train()) == 3
+    assert len(Trainer(scrl_min.arm_config("sc", steps=3, out_dir=str(tmp_path), **SMALL)).train()) == 3
     # ... and is refused when it does not
     with pytest.raises(ScrlError, match="weight_level"):
-        Trainer(TrainConfig(arm="sc", steps=4, weight_level="sequence", out_dir=str(tmp_path), **SMALL)).train()
+        Trainer(scrl_min.arm_config("sc", steps=4, weight_level="sequence", out_dir=str(tmp_path), **SMALL)).train()
 
 
 def test_any_local_checkpoint_works_in_place_of_the_default(tmp_path):
@@ -306,8 +313,8 @@ def test_any_local_checkpoint_works_in_place_of_the_default(tmp_path):
     torch.manual_seed(0)
     Qwen3ForCausalLM(cfg).save_pretrained(tmp_path / "ckpt")
     tok.save_pretrained(tmp_path / "ckpt")
-    tr = Trainer(TrainConfig(model=str(tmp_path / "ckpt"), arm="sc", steps=2,
-                             out_dir=str(tmp_path / "run"), **{**SMALL, "top_k_logprobs": None}))
+    tr = Trainer(scrl_min.arm_config("sc", model=str(tmp_path / "ckpt"), steps=2,
+                                      out_dir=str(tmp_path / "run"), **{**SMALL, "k": None}))
     assert tr.sampler.k == min(128, len(tok))
     recs = tr.train()
     assert len(recs) == 2 and all(r["head_mass_q"] <= 1.0 + 1e-4 for r in recs)

@@ -311,11 +311,11 @@ def test_a_broken_push_that_reports_success_is_caught(engine, policy, monkeypatc
 def test_start_up_errors(engine, raw_engine):
     path = str(DEFAULT_MODEL_PATH)
     with pytest.raises(ScrlError, match="max_logprobs=128"):
-        VLLMSampler(path, top_k=129, temperature=TEMP, llm=engine.llm)
+        VLLMSampler(path, k=129, temperature=TEMP, llm=engine.llm)
     with pytest.raises(ScrlError, match="top_p=0.9"):
         VLLMSampler(path, top_p=0.9)
     with pytest.raises(ScrlError, match="sampling filters"):
-        VLLMSampler(path, filter_top_k=50)
+        VLLMSampler(path, filter_k=50)
     with pytest.raises(ScrlError, match="sampling filters"):
         VLLMSampler(path, min_p=0.05)
     with pytest.raises(ScrlError, match="unknown vLLM precision"):
@@ -323,7 +323,7 @@ def test_start_up_errors(engine, raw_engine):
     with pytest.raises(ScrlError, match="temperature must be > 0"):
         VLLMSampler(path, temperature=0.0)
     with pytest.raises(ScrlError, match=r"k=4096 must be in \[1, vocab size 2048\]"):
-        VLLMSampler(path, top_k=4096)
+        VLLMSampler(path, k=4096)
     from vllm.platforms import current_platform
     if current_platform.is_cpu():
         with pytest.raises(ScrlError, match="FP8 weights need a GPU"):
@@ -333,10 +333,10 @@ def test_start_up_errors(engine, raw_engine):
                 VLLMSampler(path, precision="fp8_kv")
     # an engine left in vLLM's default raw-logprobs mode returns log softmax(z), not q at T != 1
     with pytest.raises(ScrlError, match="'raw_logprobs'.*T=0.7"):
-        VLLMSampler(path, top_k=8, temperature=TEMP, llm=raw_engine)
+        VLLMSampler(path, k=8, temperature=TEMP, llm=raw_engine)
     with pytest.raises(ScrlError, match="max_logprobs=8"):
-        VLLMSampler(path, top_k=9, temperature=1.0, llm=raw_engine)
-    ok = VLLMSampler(path, top_k=8, temperature=1.0, llm=raw_engine)  # at T = 1, raw is q
+        VLLMSampler(path, k=9, temperature=1.0, llm=raw_engine)
+    ok = VLLMSampler(path, k=8, temperature=1.0, llm=raw_engine)  # at T = 1, raw is q
     assert ok.settings["logprobs_mode"] == "raw_logprobs"
 
 
@@ -344,7 +344,7 @@ def test_start_up_errors(engine, raw_engine):
 def test_trainer_runs_with_the_vllm_sampler(engine, tmp_path):
     """The config switch: TrainConfig(sampler="vllm") builds its own engine and trains through it,
     the numerics are recorded per step and in sampler.json, and a checkpointed run resumes."""
-    cfg = scrl_min.TrainConfig(arm="sc", sampler="vllm", vllm_precision="bf16", steps=2, temperature=TEMP,
+    cfg = scrl_min.arm_config("sc", sampler="vllm", vllm_precision="bf16", steps=2, temperature=TEMP,
                                prompts_per_step=2, group_size=2, max_new_tokens=6, progress=False,
                                checkpoint_every=1, out_dir=str(tmp_path / "run"))
     tr = scrl_min.Trainer(cfg)
@@ -352,7 +352,8 @@ def test_trainer_runs_with_the_vllm_sampler(engine, tmp_path):
     recs = tr.train()
     assert isinstance(tr.sampler, VLLMSampler) and tr.sampler.llm is not engine.llm
     assert [r["step"] for r in recs] == [0, 1]
-    assert {r["fp8_backend"] for r in recs} == {"vllm_bf16"}
+    assert {(r["sampler_engine"], r["sampler_precision"]) for r in recs} == {("vllm", "bf16")}
+    assert not any("fp8_backend" in r for r in recs)  # a vLLM run reports no torch FP8 backend
     assert {r["sampler_weights"] for r in recs} == {"bf16"} and recs[0]["sampler_kv_cache"] == "auto"
     assert all(abs(r["kl_sampled"]) < 0.05 for r in recs)  # bf16 engine vs float32 trainer: small
     settings = json.loads((tmp_path / "run" / "sampler.json").read_text())
