@@ -1,5 +1,10 @@
-# make reproduce   set up .venv, run every notebook headlessly (full size), write figures/
-# make test        set up .venv, run the tests (notebook smoke runs with the CI parameters included)
+# make reproduce   set up .venv, run every notebook headlessly (full size), write figures/ and the
+#                  committed notebook outputs (the only command that writes them)
+# make test        set up .venv, run the tests: unit tests, nbval on notebook 01 (outputs compared),
+#                  the pair-sync check, papermill smoke runs of every notebook with the CI parameters
+# make lab         set up .venv, register the scrl-min kernel, start JupyterLab on notebooks/
+# make kernel      register the venv as the Jupyter kernel "scrl-min" (for a JupyterLab outside it)
+# make sync        re-pair notebooks/NN_name.ipynb and NN_name.py after editing either (jupytext)
 # make model       regenerate the embedded default policy in models/qwen3-tiny-code/
 PYTHON ?= python3
 VENV   := .venv
@@ -8,7 +13,9 @@ export OMP_NUM_THREADS ?= 2
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_VERBOSITY ?= error
 
-.PHONY: setup reproduce test model clean
+NBVAL  := notebooks/01_signal_and_drift.ipynb  # fast and deterministic at full size: outputs compared
+
+.PHONY: setup reproduce test lab kernel sync model clean
 
 setup: $(VENV)/.installed
 
@@ -21,10 +28,20 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	touch $@
 
 reproduce: setup
-	$(BIN)/python scripts/run_notebooks.py
+	$(BIN)/python scripts/run_notebooks.py --params notebooks/reproduce_parameters.yaml --commit-outputs
 
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q tests $(NBVAL) --nbval --nbval-current-env \
+		--nbval-sanitize-with notebooks/nbval_sanitize.cfg
+
+kernel: setup
+	$(BIN)/python -m ipykernel install --user --name scrl-min --display-name "Python (scrl-min)"
+
+lab: kernel
+	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
+
+sync: setup
+	$(BIN)/jupytext --sync notebooks/[0-9][0-9]_*.ipynb
 
 model: setup
 	$(BIN)/python scripts/make_default_model.py

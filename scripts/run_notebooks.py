@@ -1,8 +1,10 @@
 """Run the notebooks headlessly with papermill, parameterized from one YAML file.
 
-    python scripts/run_notebooks.py                                  # all notebooks, their defaults
+    python scripts/run_notebooks.py                                  # all notebooks, their defaults (→ runs/)
     python scripts/run_notebooks.py --params notebooks/ci_parameters.yaml   # CI's shrunk runs
     python scripts/run_notebooks.py notebooks/02_fp8_arms.ipynb -p steps=50
+    python scripts/run_notebooks.py --params notebooks/reproduce_parameters.yaml --commit-outputs
+                                                   # `make reproduce`: figures/ and the committed outputs
 
 The parameters file maps a notebook's stem to the values that replace its `parameters` cell:
 
@@ -11,12 +13,17 @@ The parameters file maps a notebook's stem to the values that replace its `param
 
 Papermill alone only warns about a parameter the notebook does not have; here an unknown notebook or
 parameter name stops the run before anything executes, naming the bad key and the valid ones.
-Executed notebooks (with outputs) go to --out-dir; the figures go wherever the notebooks write them.
+Executed notebooks (with outputs) go to --out-dir (default runs/notebooks/); the figures go wherever
+the notebooks write them (their default: runs/figures/). With --commit-outputs the executed notebook
+replaces notebooks/NN_name.ipynb, cleaned so that it stays paired with NN_name.py: papermill's
+injected-parameters cell and its metadata are removed, the outputs are kept. Only `make reproduce`
+uses it, together with notebooks/reproduce_parameters.yaml, whose parameters write figures/.
 """
 from __future__ import annotations
 
 import argparse
 import ast
+import json
 import sys
 import time
 from pathlib import Path
@@ -58,6 +65,22 @@ def check_parameters(path: Path, given: dict) -> None:
                              f"parameters are {sorted(known)}")
 
 
+def clean_executed(src: Path, dst: Path, params: dict) -> None:
+    """Copy an executed notebook to dst without papermill's injected cell and metadata, keeping the
+    outputs; the run's parameters are recorded in the notebook metadata ("scrl_min_run")."""
+    import nbformat
+
+    nb = nbformat.read(src, as_version=4)
+    nb.cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
+    for c in nb.cells:
+        c.metadata.pop("papermill", None)
+        c.metadata.pop("execution", None)
+    nb.metadata.pop("papermill", None)
+    nb.metadata["scrl_min_run"] = {"parameters": json.loads(json.dumps(params)),
+                                   "command": "make reproduce"}
+    nbformat.write(nb, dst)
+
+
 def parse_cli_params(items: list[str]) -> dict:
     out = {}
     for item in items:
@@ -79,6 +102,9 @@ def main(argv=None) -> int:
                     help="override one parameter of every notebook given (repeatable)")
     ap.add_argument("--out-dir", type=Path, default=REPO / "runs" / "notebooks",
                     help="where executed copies (with outputs) are written")
+    ap.add_argument("--commit-outputs", action="store_true",
+                    help="also replace each notebooks/NN_name.ipynb by its executed, cleaned copy "
+                         "(make reproduce)")
     args = ap.parse_args(argv)
 
     paths = args.notebooks or sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
@@ -104,6 +130,9 @@ def main(argv=None) -> int:
                             kernel_name="python3", cwd=str(path.parent), progress_bar=False,
                             stdout_file=sys.stdout, stderr_file=sys.stderr)
         print(f"[run_notebooks] {path.name} done in {time.time() - t0:.0f}s", flush=True)
+        if args.commit_outputs:
+            clean_executed(args.out_dir / path.name, path, params)
+            print(f"[run_notebooks] {path.name}: outputs written to {path.relative_to(REPO)}", flush=True)
     print(f"[run_notebooks] {len(plan)} notebook(s) ran: {', '.join(sorted(stems))}")
     return 0
 

@@ -48,6 +48,7 @@ sampler · vLLM log-probs → dense tensors). docs/method.md derives every equat
 from __future__ import annotations
 
 import builtins
+import contextlib
 import dataclasses
 import json
 import keyword
@@ -857,11 +858,9 @@ class Trainer:
 
     def train(self) -> list:
         """Run (or resume) to cfg.steps; append one JSON line per step; return all step records."""
-        from tqdm.auto import tqdm
-
         self._resume()
         (self.out / "sampler.json").write_text(json.dumps(self.sampler.settings, indent=1))
-        bar = tqdm(total=self.cfg.steps, initial=self.step, desc=Path(self.cfg.out_dir).name,
+        bar = progress_bar(total=self.cfg.steps, initial=self.step, desc=Path(self.cfg.out_dir).name,
                    disable=not self.cfg.progress, leave=False)
         try:
             with open(self.metrics_path, "a") as f:
@@ -876,6 +875,19 @@ class Trainer:
         finally:
             bar.close()  # before any error message, so it is not printed on the bar's line
         return read_metrics(self.metrics_path)
+
+
+def progress_bar(iterable=None, **kw):
+    """A text tqdm bar: live in a terminal and in JupyterLab, and a saved notebook keeps its last
+    state as plain text (a widget bar shows "Error displaying widget" once the notebook is reopened).
+    In a Jupyter kernel it writes to stdout, so it is not shown as an error block."""
+    import sys
+
+    from tqdm.std import tqdm
+
+    in_kernel = "ipykernel" in sys.modules
+    return tqdm(iterable, file=sys.stdout if in_kernel else sys.stderr, ncols=100 if in_kernel else None,
+                **kw)
 
 
 def train(cfg: TrainConfig) -> list:
@@ -900,14 +912,12 @@ def train_many(configs: list, workers: int = 2) -> list:
     from concurrent.futures import ProcessPoolExecutor, as_completed
     import multiprocessing as mp
 
-    from tqdm.auto import tqdm
-
     if workers <= 1:
         return [train(c) for c in configs]
     results, errors = [None] * len(configs), []
     with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
         futs = {pool.submit(_train_one_thread, c): i for i, c in enumerate(configs)}
-        for fut in tqdm(as_completed(futs), total=len(futs), desc="runs"):
+        for fut in progress_bar(as_completed(futs), total=len(futs), desc="runs"):
             i = futs[fut]
             try:
                 results[i] = fut.result()
@@ -1315,6 +1325,7 @@ class VLLMSampler(_WeightQueue):
     flat: True turns vLLM's flat log-prob arrays into tensors with array ops (the hot path); False
       reads the per-position {id: Logprob} dicts one entry at a time (the reference path).
     verify_push: score the probe after every push and raise ScrlError if the engine disagrees.
+    quiet: keep the engine's start-up and weight-load output off the screen, in `engine_log`.
 
     Raises ScrlError at construction for: an unknown precision, FP8 weights on CPU, k outside
     [1, V], k > the engine's max_logprobs, an engine in raw-logprobs mode at T != 1, a sampling
@@ -1327,7 +1338,7 @@ class VLLMSampler(_WeightQueue):
                  top_p: float = 1.0, filter_top_k: int = 0, min_p: float = 0.0,
                  max_model_len: int = 512, kv_cache_gib: float = 1.0,
                  gpu_memory_utilization: float = 0.3, llm=None, flat: bool = True,
-                 verify_push: bool = True, probe_tol: Optional[float] = None):
+                 verify_push: bool = True, probe_tol: Optional[float] = None, quiet: bool = True):
         if precision not in VLLM_PRECISIONS:
             raise ScrlError(f"unknown vLLM precision {precision!r}; choose one of {VLLM_PRECISIONS}")
         if temperature <= 0:
@@ -1359,6 +1370,8 @@ class VLLMSampler(_WeightQueue):
         self._init_queue(staleness, noise_std, seed)
         kv_dtype = "auto" if precision == "bf16" else "fp8"
         self._owns_llm = llm is None
+        self._engine_log = _EngineLog()  # the engine's start-up and weight-load chatter
+        self.engine_log_capture = self._engine_log.capture if quiet else contextlib.nullcontext
         t0 = time.time()
         if llm is None:
             engine_kw = dict(model=self.model_path, dtype="bfloat16", kv_cache_dtype=kv_dtype,
@@ -1370,7 +1383,8 @@ class VLLMSampler(_WeightQueue):
                 engine_kw["kv_cache_memory_bytes"] = int(kv_cache_gib * 2 ** 30)
             else:
                 engine_kw["gpu_memory_utilization"] = gpu_memory_utilization
-            llm = _build_llm(vllm, engine_kw)
+            with self.engine_log_capture():
+                llm = _build_llm(vllm, engine_kw)
         self.llm = llm
         self.start_seconds = time.time() - t0
         mc = llm.llm_engine.model_config
@@ -1403,6 +1417,11 @@ class VLLMSampler(_WeightQueue):
         self.last_timing = {}  # seconds spent in the engine and in building tensors, last rollout
 
     # --- what the trainer reads ------------------------------------------------------------------
+    @property
+    def engine_log(self) -> str:
+        """What the engine printed while this sampler built it or pushed weights (quiet=True)."""
+        return self._engine_log.text
+
     def close(self) -> None:
         """Shut the engine down (only one this sampler built). In-process engines share vLLM's
         process-wide parallel state and the shutdown tears it down: every other engine in this
@@ -1427,9 +1446,10 @@ class VLLMSampler(_WeightQueue):
         # reload_weights runs the model's own load_weights (q/k/v → qkv_proj, gate/up → gate_up_proj,
         # tied lm_head skipped, cast to the engine dtype, FP8 re-quantized) in place
         weights = ((name, w.to(torch.bfloat16)) for name, w in sd.items())  # as in a bf16 checkpoint
-        self.llm.collective_rpc("reload_weights",
-                                kwargs=dict(weights_iterator=weights, is_checkpoint_format=True))
-        self.llm.reset_prefix_cache()  # cached KV blocks hold keys/values of the old weights
+        with self.engine_log_capture():
+            self.llm.collective_rpc("reload_weights",
+                                    kwargs=dict(weights_iterator=weights, is_checkpoint_format=True))
+            self.llm.reset_prefix_cache()  # cached KV blocks hold keys/values of the old weights
 
     @torch.no_grad()
     def verify_sync(self, state_dict: dict) -> dict:
@@ -1530,6 +1550,65 @@ class VLLMSampler(_WeightQueue):
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 # vLLM log-probs → dense tensors
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
+class _EngineLog:
+    """Everything an in-process engine prints while `capture()` runs goes to `text`, not the
+    screen: Python logging (vLLM's own handlers hold the original stdout), print, warnings, progress
+    bars, and C-level writes to file descriptors 1 and 2. A notebook cell then shows one line per
+    engine instead of a screen of start-up warnings; `VLLMSampler.engine_log` keeps them for anyone
+    who wants to read them. (One harmless example: "RotaryEmbedding: Failed to load weights" at
+    start-up, because rotary embeddings have no weights to load.)"""
+
+    def __init__(self):
+        self.text = ""
+
+    @contextlib.contextmanager
+    def capture(self):
+        import logging
+        import sys
+        import tempfile
+        import warnings
+
+        with tempfile.TemporaryFile("w+") as f:
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            saved_fds = os.dup(1), os.dup(2)
+            def stream_handlers():
+                loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+                return list({id(h): h for lg in loggers for h in getattr(lg, "handlers", [])
+                             if type(h) is logging.StreamHandler}.values())
+
+            handlers = stream_handlers()
+            streams = [h.stream for h in handlers]
+            for h in handlers:
+                h.setStream(f)
+            os.dup2(f.fileno(), 1)
+            os.dup2(f.fileno(), 2)
+            shell = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
+            publisher = getattr(shell, "display_pub", None)  # notebook widgets (a tqdm.auto bar)
+            if publisher is not None:
+                publisher.publish = lambda *args, **kw: None
+            try:
+                with contextlib.redirect_stdout(f), contextlib.redirect_stderr(f), \
+                        warnings.catch_warnings():
+                    warnings.simplefilter("always")
+                    yield
+            finally:
+                f.flush()
+                os.dup2(saved_fds[0], 1)
+                os.dup2(saved_fds[1], 2)
+                for fd in saved_fds:
+                    os.close(fd)
+                if publisher is not None:
+                    del publisher.publish  # the class's method again
+                for h, stream in zip(handlers, streams):
+                    h.setStream(stream)
+                for h in stream_handlers():  # created inside the block, on the redirected stderr
+                    if h.stream is f:
+                        h.setStream(sys.stderr)
+                f.seek(0)
+                self.text += f.read()
+
+
 def _build_llm(vllm, engine_kw: dict):
     """vllm.LLM(**engine_kw) without the in-process side effects a CPU worker leaves behind: it seeds
     the global RNGs and replaces torch.set_num_threads by a no-op; both are restored here."""

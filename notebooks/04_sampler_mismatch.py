@@ -1,50 +1,52 @@
-"""Assemble notebooks/04_sampler_mismatch.ipynb from the cells below (source of truth for its code cells)."""
-from nbbuild import code, md, write
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
 
-# ─────────────────────────────────────────────────────────────────────────────────────────────────
-md(r"""
-# 04 · How far is each sampler from the trainer?
+# %% [markdown]
+# # 04 · How far is each sampler from the trainer?
+#
+# The trainer scores tokens with the float32 policy $p$; the tokens themselves come from a *sampler*
+# $q$ that computes differently. This notebook measures that mismatch on the embedded tiny Qwen3, for
+# every sampler `scrl_min` has, each against the same float32 trainer on the same task prompts:
+#
+# | sampler | numerics |
+# |---|---|
+# | torch bf16 | `TorchSampler(precision="bf16")`: bf16-rounded weights, float32 compute (the bf16 reference arm) |
+# | torch fp8 | `TorchSampler(precision="fp8")`: decoder Linears W8A8 e4m3, emulated (the FP8 arms at σ = 0) |
+# | torch fp8 + noise | the same plus persistent relative weight noise σ (the FP8 arms of notebook 02) |
+# | vLLM bf16 | `VLLMSampler(precision="bf16")`: bf16 weights, bf16 activations, bf16 KV cache |
+# | vLLM fp8_kv | `VLLMSampler(precision="fp8_kv")`: bf16 weights, FP8 e4m3 KV cache (GPU, or a CPU with AVX-512 or AMX) |
+# | vLLM fp8 | `VLLMSampler(precision="fp8")`: FP8 weights and KV cache (GPU only) |
+#
+# Per generated token: $|\log p - \log q|$ of the sampled token, two sampled estimates of
+# $\mathrm{KL}(q\,\|\,p)$ ($k_1$, $k_3$), a lower bound on KL and TV from the top-$k$ head, the head
+# masses $\sum_H q$ and $\sum_H p$; per sequence: the importance ratio $\prod_t p/q$ and how often it
+# leaves the MIS band; and how long each sampler took to generate.
+#
+# **Run time:** about 1 min 20 s on 2 CPU cores, no GPU, `OMP_NUM_THREADS=1` (measured: 74 to 81 s
+# over four runs through `scripts/run_notebooks.py`, 68 s of it after the imports, of which about 9 s
+# start the vLLM engine and verify its weights). The machine is an AMD EPYC with AVX2 only: vLLM's FP8
+# KV cache (AVX-512 or AMX) and FP8 weights (GPU) are not available there, and the notebook says so in
+# its numbers and figure instead of skipping them silently. Writes `figures/04_sampler_mismatch.png`
+# and the numbers behind it, `figures/04_sampler_mismatch.json`. Run it headless with
+# `python scripts/run_notebooks.py notebooks/04_sampler_mismatch.ipynb`.
 
-The trainer scores tokens with the float32 policy $p$; the tokens themselves come from a *sampler*
-$q$ that computes differently. This notebook measures that mismatch on the embedded tiny Qwen3, for
-every sampler `scrl_min` has, each against the same float32 trainer on the same task prompts:
+# %% [markdown]
+# ## Parameters
+#
+# The one cell below (tagged `parameters`) holds every knob; CI shrinks it through
+# `notebooks/ci_parameters.yaml`. Every sampler runs at every temperature in `temperatures`, on the
+# same `n_prompts` prompts with the same seed. `use_vllm = False` measures the torch samplers only
+# (no vLLM needed).
 
-| sampler | numerics |
-|---|---|
-| torch bf16 | `TorchSampler(precision="bf16")`: bf16-rounded weights, float32 compute (the bf16 reference arm) |
-| torch fp8 | `TorchSampler(precision="fp8")`: decoder Linears W8A8 e4m3, emulated (the FP8 arms at σ = 0) |
-| torch fp8 + noise | the same plus persistent relative weight noise σ (the FP8 arms of notebook 02) |
-| vLLM bf16 | `VLLMSampler(precision="bf16")`: bf16 weights, bf16 activations, bf16 KV cache |
-| vLLM fp8_kv | `VLLMSampler(precision="fp8_kv")`: bf16 weights, FP8 e4m3 KV cache (GPU, or a CPU with AVX-512 or AMX) |
-| vLLM fp8 | `VLLMSampler(precision="fp8")`: FP8 weights and KV cache (GPU only) |
-
-Per generated token: $|\log p - \log q|$ of the sampled token, two sampled estimates of
-$\mathrm{KL}(q\,\|\,p)$ ($k_1$, $k_3$), a lower bound on KL and TV from the top-$k$ head, the head
-masses $\sum_H q$ and $\sum_H p$; per sequence: the importance ratio $\prod_t p/q$ and how often it
-leaves the MIS band; and how long each sampler took to generate.
-
-**Run time:** about 1 min 20 s on 2 CPU cores, no GPU, `OMP_NUM_THREADS=1` (measured: 74 to 81 s
-over four runs through `scripts/run_notebooks.py`, 68 s of it after the imports, of which about 9 s
-start the vLLM engine and verify its weights). The machine is an AMD EPYC with AVX2 only: vLLM's FP8
-KV cache (AVX-512 or AMX) and FP8 weights (GPU) are not available there, and the notebook says so in
-its numbers and figure instead of skipping them silently. Writes `figures/04_sampler_mismatch.png`
-and the numbers behind it, `figures/04_sampler_mismatch.json`. Run it headless with
-`python scripts/run_notebooks.py notebooks/04_sampler_mismatch.ipynb`.
-""")
-
-md(r"""
-## Parameters
-
-The one cell below (tagged `parameters`) holds every knob; CI shrinks it through
-`notebooks/ci_parameters.yaml`. Every sampler runs at every temperature in `temperatures`, on the
-same `n_prompts` prompts with the same seed. `use_vllm = False` measures the torch samplers only
-(no vLLM needed).
-""")
-
-code(r"""
+# %% tags=["parameters"]
 model = "default"  # policy: "default" (embedded tiny Qwen3, V 2048), a local checkpoint or an HF model id
 temperatures = [1.0, 0.7]  # sampling temperatures T; sampler and trainer both divide the logits by T
-top_k = 128  # k: the sampler's head H, top-k log-probs returned per generated token (tokens)
+k = 128  # the size of the sampler's head H, top-k log-probs returned per generated token (tokens)
 n_prompts = 128  # task prompts, one completion each
 max_new_tokens = 24  # completion budget (tokens); every generated token is one measured position
 noise_std = 0.1  # σ of the extra "torch fp8 + noise" sampler (relative weight noise); 0.0 drops it
@@ -54,20 +56,19 @@ use_vllm = True  # also measure vLLM engines (bf16 always; FP8 KV cache and FP8 
 kv_cache_gib = 0.25  # each vLLM engine's KV cache on a CPU (GiB)
 gpu_memory_utilization = 0.25  # each vLLM engine's share of GPU memory on a GPU (fraction)
 seed = 0  # seeds the task prompts, the weight-noise draw and sampling (same for every sampler)
-figures_dir = "figures"  # figure and its numbers, relative to the repo root
-""", tags=["parameters"])
+figures_dir = "runs/figures"  # figure and its numbers, relative to the repo root (`make reproduce` writes figures/)
 
-md(r"""
-The next cell imports, loads the float32 trainer and encodes the task prompts with the tokenizer's
-chat template, exactly as `scrl_min.Trainer` does (`make_task_dataset`, `task_user_message` inside
-it, `apply_chat_template` with the generation prompt). It also records the hardware, which decides
-which vLLM numerics exist here.
-""")
+# %% [markdown]
+# The next cell imports, loads the float32 trainer and encodes the task prompts with the tokenizer's
+# chat template, exactly as `scrl_min.Trainer` does (`make_task_dataset`, `task_user_message` inside
+# it, `apply_chat_template` with the generation prompt). It also records the hardware, which decides
+# which vLLM numerics exist here.
 
-code(r"""
+# %%
 import json
 import math
 import os
+from pathlib import Path
 import platform
 import textwrap
 import time
@@ -84,7 +85,7 @@ model_path = str(DEFAULT_MODEL_PATH) if model == "default" else model
 policy, tok = load_policy(model_path)  # the trainer: float32
 policy.eval()
 V = policy.config.vocab_size
-assert 1 <= top_k <= V, f"top_k must be in [1, V], V is {V}"
+assert 1 <= k <= V, f"k must be in [1, V], V is {V}"
 assert all(T > 0 for T in temperatures), "temperatures must be > 0"
 assert 0 < mis_band[0] < 1 < mis_band[1], "the MIS band must contain 1"
 
@@ -112,46 +113,44 @@ hardware = dict(cpu=cpu_name(), cpu_cores=os.cpu_count(), torch_threads=torch.ge
                 avx512_or_amx=cpu_supports_fp8_kv(),
                 gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
                 torch=torch.__version__)
-print(f"trainer: {model_path}  ({sum(w.numel() for w in policy.parameters()) / 1e6:.2f}M parameters, "
+print(f"trainer: {model} ({Path(model_path).name}, {sum(w.numel() for w in policy.parameters()) / 1e6:.2f}M parameters, "
       f"float32, V {V});  {len(prompts)} prompts of {min(map(len, prompts))}-{max(map(len, prompts))} tokens")
 print("hardware:", hardware)
-""")
 
-# ─────────────────────────────────────────────────────────────────────────────────────────────────
-md(r"""
-## 1 · What is measured
 
-At generated position $t$ of sequence $i$ (prefix $h_t$) the sampler drew $y_t \sim q(\cdot \mid h_t)$,
-returned $\log q(y_t)$ and its top-$k$ head $H_t$ with $\log q_v$ for $v \in H_t$; the trainer
-scores the same prefix: $\log p(y_t)$ and $\log p_v$ on $H_t$ (`scrl_min.trainer_logprobs`, same
-temperature, no gradient). With the per-token log-ratio
+# %% [markdown]
+# ## 1 · What is measured
+#
+# At generated position $t$ of sequence $i$ (prefix $h_t$) the sampler drew $y_t \sim q(\cdot \mid h_t)$,
+# returned $\log q(y_t)$ and its top-$k$ head $H_t$ with $\log q_v$ for $v \in H_t$; the trainer
+# scores the same prefix: $\log p(y_t)$ and $\log p_v$ on $H_t$ (`scrl_min.trainer_logprobs`, same
+# temperature, no gradient). With the per-token log-ratio
+#
+# $$
+# \Delta_t = \log p(y_t \mid h_t) - \log q(y_t \mid h_t), \qquad r_t = e^{\Delta_t} = p(y_t)/q(y_t),
+# $$
+#
+# * **$|\Delta_t|$**: how differently the two score the token actually sampled (mean, median, 99th
+#   percentile, max, and its distribution);
+# * **$\mathrm{KL}(q\,\|\,p)$, sampled**: $k_1 = \overline{-\Delta_t}$ and
+#   $k_3 = \overline{r_t - 1 - \Delta_t}$, both unbiased since $y_t \sim q$; $k_3 \ge 0$ term by term
+#   and has the lower variance (the same two numbers `metrics.jsonl` logs as `kl_sampled`, `kl_k3`);
+# * **KL and TV from the head**: coarsen both distributions onto the $k$ head tokens plus one bucket
+#   for the rest, $q^H = (q_{v \in H}, 1 - Q_H)$, $p^H = (p_{v \in H}, 1 - P_H)$. By the data-processing
+#   inequality $\mathrm{KL}(q^H \| p^H) \le \mathrm{KL}(q \| p)$ and
+#   $\mathrm{TV}(q^H, p^H) \le \mathrm{TV}(q, p)$: exact at every position (no sampling noise), but a
+#   lower bound;
+# * **head mass**: $Q_H = \sum_{v \in H} q_v$ and $P_H = \sum_{v \in H} p_v$, what score centering's
+#   top-$k$ estimator sees (notebook 03);
+# * **sequence importance ratio**: $\log R_i = \sum_t \Delta_{i,t}$, $R_i = p(y_i)/q(y_i)$ for the whole
+#   completion (EOS included); and the share of tokens ($r_t$) and of sequences ($R_i$) outside the
+#   MIS band $[lo, hi]$ (those MIS would drop). GSPO's sequence weight uses the geometric mean
+#   $e^{\overline{\Delta}}$ instead; its out-of-band share is in the JSON too.
+#
+# Different samplers draw different tokens: each is measured against the trainer on its own samples,
+# from the same prompts and the same seed.
 
-$$
-\Delta_t = \log p(y_t \mid h_t) - \log q(y_t \mid h_t), \qquad r_t = e^{\Delta_t} = p(y_t)/q(y_t),
-$$
-
-* **$|\Delta_t|$**: how differently the two score the token actually sampled (mean, median, 99th
-  percentile, max, and its distribution);
-* **$\mathrm{KL}(q\,\|\,p)$, sampled**: $k_1 = \overline{-\Delta_t}$ and
-  $k_3 = \overline{r_t - 1 - \Delta_t}$, both unbiased since $y_t \sim q$; $k_3 \ge 0$ term by term
-  and has the lower variance (the same two numbers `metrics.jsonl` logs as `kl_sampled`, `kl_k3`);
-* **KL and TV from the head**: coarsen both distributions onto the $k$ head tokens plus one bucket
-  for the rest, $q^H = (q_{v \in H}, 1 - Q_H)$, $p^H = (p_{v \in H}, 1 - P_H)$. By the data-processing
-  inequality $\mathrm{KL}(q^H \| p^H) \le \mathrm{KL}(q \| p)$ and
-  $\mathrm{TV}(q^H, p^H) \le \mathrm{TV}(q, p)$: exact at every position (no sampling noise), but a
-  lower bound;
-* **head mass**: $Q_H = \sum_{v \in H} q_v$ and $P_H = \sum_{v \in H} p_v$, what score centering's
-  top-$k$ estimator sees (notebook 03);
-* **sequence importance ratio**: $\log R_i = \sum_t \Delta_{i,t}$, $R_i = p(y_i)/q(y_i)$ for the whole
-  completion (EOS included); and the share of tokens ($r_t$) and of sequences ($R_i$) outside the
-  MIS band $[lo, hi]$ (those MIS would drop). GSPO's sequence weight uses the geometric mean
-  $e^{\overline{\Delta}}$ instead; its out-of-band share is in the JSON too.
-
-Different samplers draw different tokens: each is measured against the trainer on its own samples,
-from the same prompts and the same seed.
-""")
-
-code(r"""
+# %%
 def token_stats(ro, T):
     # ro: a sampler's Rollout at temperature T → per-token (N,) and per-sequence (B,) float64 tensors
     m = ro.completion_mask  # (B, T) generated positions
@@ -197,26 +196,24 @@ def summarize(parts):
         seq_geo_out_of_band=outside_band(x["log_R_geo"]),
         seq_log_ratio_mean=float(log_R.mean()), seq_log_ratio_std=float(log_R.std()),
         seq_log_ratio_min=float(log_R.min()), seq_log_ratio_max=float(log_R.max())), a.numpy(), log_R.numpy()
-""")
 
-# ─────────────────────────────────────────────────────────────────────────────────────────────────
-md(r"""
-## 2 · The samplers
 
-One `TorchSampler` per (numerics, temperature); they are cheap. vLLM engines are not: one engine per
-vLLM numerics is built once, and the samplers of the other temperatures share it (`llm=`); the engine
-returns processed log-probs, so each sampler's temperature applies per request. Every sampler
-receives the trainer's weights through `push_weights`, as in training at step 0; a vLLM push is
-*verified* (a probe text scored by the engine and by a float32 copy of the pushed weights, mean
-$|\Delta \log p|$ printed below).
+# %% [markdown]
+# ## 2 · The samplers
+#
+# One `TorchSampler` per (numerics, temperature); they are cheap. vLLM engines are not: one engine per
+# vLLM numerics is built once, and the samplers of the other temperatures share it (`llm=`); the engine
+# returns processed log-probs, so each sampler's temperature applies per request. Every sampler
+# receives the trainer's weights through `push_weights`, as in training at step 0; a vLLM push is
+# *verified* (a probe text scored by the engine and by a float32 copy of the pushed weights, mean
+# $|\Delta \log p|$ printed below).
+#
+# A vLLM numerics this machine does not have is not measured: it is recorded, with the reason, in the
+# JSON and in the figure. All `VLLMSampler`s stay alive until the end of the notebook: closing (or
+# garbage-collecting) one in-process engine tears down vLLM's process-wide state and every other
+# engine with it.
 
-A vLLM numerics this machine does not have is not measured: it is recorded, with the reason, in the
-JSON and in the figure. All `VLLMSampler`s stay alive until the end of the notebook: closing (or
-garbage-collecting) one in-process engine tears down vLLM's process-wide state and every other
-engine with it.
-""")
-
-code(r"""
+# %%
 samplers = {}  # name → {T: sampler}
 setup_s = {}  # name → seconds to build and push (vLLM: engine start + verified pushes)
 not_measured = {}  # name → why not
@@ -227,7 +224,7 @@ if noise_std > 0:
                                                         noise_std=noise_std)
 for name, kw in torch_kinds.items():
     t0 = time.perf_counter()
-    samplers[name] = {T: TorchSampler(policy.config, top_k=top_k, temperature=T, seed=seed, **kw)
+    samplers[name] = {T: TorchSampler(policy.config, k=k, temperature=T, seed=seed, **kw)
                       for T in temperatures}
     for s in samplers[name].values():
         s.push_weights(policy.state_dict())
@@ -248,11 +245,11 @@ if use_vllm:
         if name in not_measured:
             continue
         t0 = time.perf_counter()
-        first = VLLMSampler(model_path, precision=precision, top_k=top_k, temperature=temperatures[0],
+        first = VLLMSampler(model_path, precision=precision, k=k, temperature=temperatures[0],
                             seed=seed, kv_cache_gib=kv_cache_gib,
                             gpu_memory_utilization=gpu_memory_utilization)
         samplers[name] = {T: first if T == temperatures[0] else
-                          VLLMSampler(model_path, precision=precision, top_k=top_k, temperature=T,
+                          VLLMSampler(model_path, precision=precision, k=k, temperature=T,
                                       seed=seed, llm=first.llm) for T in temperatures}
         for s in samplers[name].values():
             s.push_weights(policy.state_dict())
@@ -266,28 +263,25 @@ else:
 for name, per_T in samplers.items():
     st = next(iter(per_T.values())).settings
     print(f"{name:20s} set up in {setup_s[name]:5.1f} s | weights {st['weights']}, KV cache "
-          f"{st['kv_cache_dtype']}, FP8 backend {st.get('fp8_backend', 'none')}")
+          f"{st['kv_cache_dtype']}" + (f", FP8 backend {st['fp8_backend']}" if 'fp8_backend' in st else ""))
 for name, why in not_measured.items():
     print(f"{name:20s} NOT MEASURED: {why}")
-""")
 
-# ─────────────────────────────────────────────────────────────────────────────────────────────────
-md(r"""
-## 3 · Rollouts and the numbers
+# %% [markdown]
+# ## 3 · Rollouts and the numbers
+#
+# For each sampler and temperature: one completion per prompt from `generate` (same prompts, one
+# generator seeded with `seed`; the wall-clock time of the calls is recorded), then the trainer's
+# log-probs of the same tokens, `token_stats` per batch and `summarize` over all of them. The table
+# prints the summary; the JSON holds it all.
+#
+# The prompts go to every sampler in the same batches, each small enough that vLLM prefills all its
+# prompts in one engine step, so every sampler sees the same calls. (`VLLMSampler.generate` splits a
+# larger batch the same way by itself: vLLM 0.32 on CPU fails with "CPU Generator does not use offset"
+# when a seeded request's prompt is split over two engine steps, because chunked prefill rewinds the
+# request's random generator, which only CUDA generators support.)
 
-For each sampler and temperature: one completion per prompt from `generate` (same prompts, one
-generator seeded with `seed`; the wall-clock time of the calls is recorded), then the trainer's
-log-probs of the same tokens, `token_stats` per batch and `summarize` over all of them. The table
-prints the summary; the JSON holds it all.
-
-The prompts go to every sampler in the same batches, each small enough that vLLM prefills all its
-prompts in one engine step, so every sampler sees the same calls. (`VLLMSampler.generate` splits a
-larger batch the same way by itself: vLLM 0.32 on CPU fails with "CPU Generator does not use offset"
-when a seeded request's prompt is split over two engine steps, because chunked prefill rewinds the
-request's random generator, which only CUDA generators support.)
-""")
-
-code(r"""
+# %%
 eos_id, pad_id = tok.eos_token_id, tok.pad_token_id
 # batches: prompt tokens within one vLLM engine step (max_num_batched_tokens), at most max_num_seqs prompts
 engines = [s.llm.llm_engine.vllm_config.scheduler_config for per_T in samplers.values()
@@ -325,25 +319,23 @@ cols = [("abs_dlogp_mean", "mean|Δ|", ".2e"), ("abs_dlogp_median", "med|Δ|", "
         ("token_out_of_band", "tok out", ".4f"), ("seq_out_of_band", "seq out", ".3f"),
         ("seq_log_ratio_std", "sd logR", ".3f"), ("generate_s", "gen s", ".2f")]
 for T in temperatures:
-    print(f"\nT = {T:g}   ({n_prompts} prompts, k {top_k}, MIS band {mis_band})")
+    print(f"\nT = {T:g}   ({n_prompts} prompts, k {k}, MIS band {mis_band})")
     print(f"{'sampler':20s} {'tokens':>6s} " + " ".join(f"{h:>9s}" for _, h, _ in cols))
     for name in samplers:
         s = meas[name, T]["summary"]
         print(f"{name:20s} {s['n_tokens']:6d} " + " ".join(f"{s[key]:9{fmt}}" for key, _, fmt in cols))
-""")
 
-md(r"""
-Two checks on what the numbers must show whatever the seed (they assert):
+# %% [markdown]
+# Two checks on what the numbers must show whatever the seed (they assert):
+#
+# * **torch bf16 is the trainer.** The embedded checkpoint is stored in bf16, so rounding its weights
+#   to bf16 changes nothing, and `TorchSampler` computes in float32 like the trainer: the only
+#   difference left is float32 summation order (KV-cached decoding against one full forward). Its
+#   $|\Delta|$ must be at float32 rounding level, far below FP8's.
+# * **vLLM bf16 is within bf16 rounding of the trainer**: its mean $|\Delta|$ must stay below the
+#   allowance of its own push verification (`scrl_min.core.PROBE_TOL["bf16"]`, 0.05).
 
-* **torch bf16 is the trainer.** The embedded checkpoint is stored in bf16, so rounding its weights
-  to bf16 changes nothing, and `TorchSampler` computes in float32 like the trainer: the only
-  difference left is float32 summation order (KV-cached decoding against one full forward). Its
-  $|\Delta|$ must be at float32 rounding level, far below FP8's.
-* **vLLM bf16 is within bf16 rounding of the trainer**: its mean $|\Delta|$ must stay below the
-  allowance of its own push verification (`scrl_min.core.PROBE_TOL["bf16"]`, 0.05).
-""")
-
-code(r"""
+# %%
 for T in temperatures:
     bf16, fp8 = meas["torch bf16", T]["summary"], meas["torch fp8", T]["summary"]
     assert bf16["abs_dlogp_max"] < 1e-3, f"T={T:g}: torch bf16 is not float32 rounding away from the trainer"
@@ -354,21 +346,18 @@ for T in temperatures:
           f"{fp8['abs_dlogp_mean']:.1e}"
           + (f"; vLLM bf16 {meas['vLLM bf16', T]['summary']['abs_dlogp_mean']:.1e} < {PROBE_TOL['bf16']}"
              if "vLLM bf16" in samplers else ""))
-""")
 
-# ─────────────────────────────────────────────────────────────────────────────────────────────────
-md(r"""
-## 4 · Figure
+# %% [markdown]
+# ## 4 · Figure
+#
+# One row per temperature. (a) Distribution of the per-token $|\Delta_t|$ (share of tokens per
+# log-spaced bin; values below $10^{-7}$, float32 round-off and exact zeros, are counted in the first
+# bin). (b) Distribution of the sequence log importance ratio $\log R_i$, on a symmetric log axis
+# (linear within $\pm 10^{-6}$), with the MIS band $[\log lo, \log hi]$ shaded. (c) KL estimates and
+# mean $|\Delta|$ per sampler, log scale (a bar at zero or below is not drawn; the table has its
+# value); a sampler this machine cannot run keeps its slot, with the reason. Bottom: the numbers, samplers not measured here included with the reason.
 
-One row per temperature. (a) Distribution of the per-token $|\Delta_t|$ (share of tokens per
-log-spaced bin; values below $10^{-7}$, float32 round-off and exact zeros, are counted in the first
-bin). (b) Distribution of the sequence log importance ratio $\log R_i$, on a symmetric log axis
-(linear within $\pm 10^{-6}$), with the MIS band $[\log lo, \log hi]$ shaded. (c) KL estimates and
-mean $|\Delta|$ per sampler, log scale (a bar at zero or below is not drawn; the table has its
-value); a sampler this machine cannot run keeps its slot, with the reason. Bottom: the numbers, samplers not measured here included with the reason.
-""")
-
-code(r"""
+# %%
 names = list(samplers)
 colors = dict(zip(names, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
 floor = 1e-7
@@ -438,7 +427,7 @@ table.scale(1, 1.25)
 tab.set_title(f"lb: lower bound (H ∪ rest); tok out / seq out: share outside the MIS band "
               f"[{lo:g}, {hi:g}]; "
               f"gen s: generation time, all {n_prompts} prompts × ≤ {max_new_tokens} tokens", fontsize=9)
-fig.suptitle(f"Sampler vs float32 trainer on the embedded model (V={V}, k={top_k}, {n_prompts} prompts × "
+fig.suptitle(f"Sampler vs float32 trainer on the embedded model (V={V}, k={k}, {n_prompts} prompts × "
              f"{max_new_tokens} tokens, seed {seed}; {hardware['cpu_cores']} CPU cores"
              f"{', GPU ' + hardware['gpu'] if hardware['gpu'] else ', no GPU'})")
 fig.tight_layout()
@@ -447,17 +436,15 @@ fig_dir.mkdir(parents=True, exist_ok=True)
 png = fig_dir / "04_sampler_mismatch.png"
 fig.savefig(png, dpi=100)
 plt.show()
-""")
 
-md(r"""
-The JSON holds the parameters, the hardware, each sampler's numerics (`settings`, as training
-records them), its set-up time and push verification, every summary number per temperature, the
-histograms drawn in (a) and (b) with their bin edges, and the samplers not measured with the reason.
-""")
+# %% [markdown]
+# The JSON holds the parameters, the hardware, each sampler's numerics (`settings`, as training
+# records them), its set-up time and push verification, every summary number per temperature, the
+# histograms drawn in (a) and (b) with their bin edges, and the samplers not measured with the reason.
 
-code(r"""
+# %%
 numbers = dict(
-    parameters=dict(model=model, temperatures=temperatures, top_k=top_k, n_prompts=n_prompts,
+    parameters=dict(model=model, temperatures=temperatures, k=k, n_prompts=n_prompts,
                     max_new_tokens=max_new_tokens, noise_std=noise_std, fp8_backend=fp8_backend,
                     mis_band=mis_band, use_vllm=use_vllm, kv_cache_gib=kv_cache_gib,
                     gpu_memory_utilization=gpu_memory_utilization, seed=seed),
@@ -472,56 +459,52 @@ numbers = dict(
     run_time_s=time.perf_counter() - t_start)
 js = fig_dir / "04_sampler_mismatch.json"
 js.write_text(json.dumps(numbers, indent=1, ensure_ascii=False))
-print(f"wrote {png} and {js}")
+print(f"wrote {figures_dir}/{png.name} and {figures_dir}/{js.name}")
 print(f"notebook run time (after imports): {numbers['run_time_s']:.1f} s")
-""")
 
-md(r"""
-## What we saw
-
-Numbers from the default run (128 prompts × up to 24 tokens, about 3000 tokens per sampler, k = 128,
-seed 0, 2 CPU cores, no GPU; `figures/04_sampler_mismatch.json`). T = 1 first, T = 0.7 after the
-slash. The tables printed above are the source of truth for your own run.
-
-- **torch bf16 is the trainer.** Mean $|\Delta|$ 6.0e-7 / 8.4e-7, max 5.3e-6 / 5.5e-6, KL ($k_3$)
-  below 1e-12: float32 round-off (so is its head "bound", 1e-8 at T = 0.7, which here exceeds
-  $k_3$: rounding of $\sum_H q$ and $\sum_H p$ in float32). The embedded checkpoint is stored in bf16, so bf16 rounding of its
-  weights is the identity and only the summation order differs. The bf16 reference arm of
-  notebook 02 therefore has no mismatch at all at step 0 (it appears as training moves the float32
-  weights off the bf16 grid).
-- **torch fp8** (W8A8 e4m3, emulated, σ = 0): mean $|\Delta|$ 0.034 / 0.037 (median 0.025 / 0.022,
-  p99 0.15 / 0.20, max 0.43 / 0.38); KL $k_3$ 1.2e-3 / 1.6e-3 ($k_1$ 1.8e-3 / 2.1e-3), in line with
-  the full-vocabulary KL of 0.0011 at T = 1 in notebook 03. No token leaves the MIS band [0.5, 5];
-  no sequence at T = 1, one of 128 at T = 0.7; the sequence log-ratio has a standard deviation of
-  0.23 / 0.29.
-- **torch fp8 + σ 0.1** (the FP8 arms of notebook 02): mean $|\Delta|$ 0.12 / 0.14 (p99 0.49 / 0.66,
-  max 1.10 / 1.46), KL $k_3$ 0.014 / 0.020, about 12 times FP8 alone. Only 0.2% / 0.55% of *tokens*
-  fall outside [0.5, 5], but 41% of *sequences* do (39% below 0.5, 1.6% / 2.3% above 5; mean log R
-  −0.36, standard deviation 0.87 / 1.05): a sequence-level MIS with the product ratio would drop
-  two sequences in five, token-level MIS almost nothing, and GSPO's geometric mean none.
-- **vLLM bf16** (in-process engine, bf16 weights, activations and KV cache): mean $|\Delta|$
-  0.0098 / 0.011 (median 0.0074 / 0.0072, p99 0.042 / 0.058, max 0.072 / 0.11), KL $k_3$ 8.8e-5 /
-  1.4e-4: a real bf16-rounding mismatch, 10^4 times torch bf16's, but a third of FP8's in
-  $|\Delta|$ and a twelfth to a fourteenth in KL. No token or sequence leaves the MIS band (standard
-  deviation of log R 0.064 / 0.075). Its verified push measured 0.0095 on the probe text, the same
-  level as on the task.
-- **vLLM fp8_kv and fp8: not measured.** This CPU has AVX2 only (no AVX-512 or AMX), which vLLM's
-  CPU attention needs for an FP8 KV cache, and FP8 weights need a GPU. So this run cannot say how an
-  FP8 KV cache compares; what it shows is that on this machine the only vLLM numerics is bf16, whose
-  mismatch is far smaller than the emulated FP8 W8A8 of the experiments. On a machine that has them
-  the notebook measures both with no change.
-- **Head mass and the head bound.** $\sum_H q$ is 0.85 / 0.97 for every sampler, and $\sum_H p$
-  differs from it by at most 3e-4 on average: at this mismatch the top-128 head covers the same mass
-  for both. The head lower bound on KL recovers 87% to 100% of the sampled $k_3$ estimate (1.0e-3
-  of 1.2e-3 for FP8, 0.0125 of 0.0139 with σ = 0.1, 7.9e-5 of 8.8e-5 for vLLM at T = 1); the
-  $k_1$ estimate is the noisiest (vLLM at T = 0.7: 6.9e-4 against $k_3$ 1.4e-4).
-- **Time.** Generating the 128 completions with top-128 log-probs took 2.2 to 3.4 s for each torch
-  sampler (about 1000 tokens/s) and 8.5 to 9.5 s for vLLM bf16 (about 330 tokens/s), after about
-  9 s of engine start and verified push. With one thread on a CPU and a 3.7M-parameter model, plain
-  torch is the faster sampler; vLLM's speed on a GPU is not measured here.
-- **What this does not show.** One seed, one batch per setting, step-0 weights (the mismatch during
-  training, as weights move, is logged per step in `metrics.jsonl` by notebook 02); the
-  out-of-band shares of a few percent rest on a handful of sequences.
-""")
-
-write("04_sampler_mismatch")
+# %% [markdown]
+# ## What we saw
+#
+# Numbers from the default run (128 prompts × up to 24 tokens, about 3000 tokens per sampler, k = 128,
+# seed 0, 2 CPU cores, no GPU; `figures/04_sampler_mismatch.json`). T = 1 first, T = 0.7 after the
+# slash. The tables printed above are the source of truth for your own run.
+#
+# - **torch bf16 is the trainer.** Mean $|\Delta|$ 6.0e-7 / 8.4e-7, max 5.3e-6 / 5.5e-6, KL ($k_3$)
+#   below 1e-12: float32 round-off (so is its head "bound", 1e-8 at T = 0.7, which here exceeds
+#   $k_3$: rounding of $\sum_H q$ and $\sum_H p$ in float32). The embedded checkpoint is stored in bf16, so bf16 rounding of its
+#   weights is the identity and only the summation order differs. The bf16 reference arm of
+#   notebook 02 therefore has no mismatch at all at step 0 (it appears as training moves the float32
+#   weights off the bf16 grid).
+# - **torch fp8** (W8A8 e4m3, emulated, σ = 0): mean $|\Delta|$ 0.034 / 0.037 (median 0.025 / 0.022,
+#   p99 0.15 / 0.20, max 0.43 / 0.38); KL $k_3$ 1.2e-3 / 1.6e-3 ($k_1$ 1.8e-3 / 2.1e-3), in line with
+#   the full-vocabulary KL of 0.0011 at T = 1 in notebook 03. No token leaves the MIS band [0.5, 5];
+#   no sequence at T = 1, one of 128 at T = 0.7; the sequence log-ratio has a standard deviation of
+#   0.23 / 0.29.
+# - **torch fp8 + σ 0.1** (the FP8 arms of notebook 02): mean $|\Delta|$ 0.12 / 0.14 (p99 0.49 / 0.66,
+#   max 1.10 / 1.46), KL $k_3$ 0.014 / 0.020, about 12 times FP8 alone. Only 0.2% / 0.55% of *tokens*
+#   fall outside [0.5, 5], but 41% of *sequences* do (39% below 0.5, 1.6% / 2.3% above 5; mean log R
+#   −0.36, standard deviation 0.87 / 1.05): a sequence-level MIS with the product ratio would drop
+#   two sequences in five, token-level MIS almost nothing, and GSPO's geometric mean none.
+# - **vLLM bf16** (in-process engine, bf16 weights, activations and KV cache): mean $|\Delta|$
+#   0.0098 / 0.011 (median 0.0074 / 0.0072, p99 0.042 / 0.058, max 0.072 / 0.11), KL $k_3$ 8.8e-5 /
+#   1.4e-4: a real bf16-rounding mismatch, 10^4 times torch bf16's, but a third of FP8's in
+#   $|\Delta|$ and a twelfth to a fourteenth in KL. No token or sequence leaves the MIS band (standard
+#   deviation of log R 0.064 / 0.075). Its verified push measured 0.0095 on the probe text, the same
+#   level as on the task.
+# - **vLLM fp8_kv and fp8: not measured.** This CPU has AVX2 only (no AVX-512 or AMX), which vLLM's
+#   CPU attention needs for an FP8 KV cache, and FP8 weights need a GPU. So this run cannot say how an
+#   FP8 KV cache compares; what it shows is that on this machine the only vLLM numerics is bf16, whose
+#   mismatch is far smaller than the emulated FP8 W8A8 of the experiments. On a machine that has them
+#   the notebook measures both with no change.
+# - **Head mass and the head bound.** $\sum_H q$ is 0.85 / 0.97 for every sampler, and $\sum_H p$
+#   differs from it by at most 3e-4 on average: at this mismatch the top-128 head covers the same mass
+#   for both. The head lower bound on KL recovers 87% to 100% of the sampled $k_3$ estimate (1.0e-3
+#   of 1.2e-3 for FP8, 0.0125 of 0.0139 with σ = 0.1, 7.9e-5 of 8.8e-5 for vLLM at T = 1); the
+#   $k_1$ estimate is the noisiest (vLLM at T = 0.7: 6.9e-4 against $k_3$ 1.4e-4).
+# - **Time.** Generating the 128 completions with top-128 log-probs took 2.2 to 3.4 s for each torch
+#   sampler (about 1000 tokens/s) and 8.5 to 9.5 s for vLLM bf16 (about 330 tokens/s), after about
+#   9 s of engine start and verified push. With one thread on a CPU and a 3.7M-parameter model, plain
+#   torch is the faster sampler; vLLM's speed on a GPU is not measured here.
+# - **What this does not show.** One seed, one batch per setting, step-0 weights (the mismatch during
+#   training, as weights move, is logged per step in `metrics.jsonl` by notebook 02); the
+#   out-of-band shares of a few percent rest on a handful of sequences.
