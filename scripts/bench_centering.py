@@ -1,4 +1,4 @@
-"""Trainer-side cost of score centering at Qwen-like shapes (issue 3's benchmark; not a test).
+"""Trainer-side cost of score centering at Qwen-like shapes (a benchmark, not a test).
 
 One step = forward + backward of the LM head (hidden states → log-probs, chunked by
 `scrl_min.lm_head_logprobs`) and the loss, for N tokens:

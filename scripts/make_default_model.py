@@ -11,7 +11,7 @@ What it makes (into ``models/qwen3-tiny-code/`` unless ``--out`` says otherwise)
 
 Why pretrain at all: a random model's next-token distributions are nearly flat, and FP8 rounding barely
 moves a flat distribution; a model that has learned code puts most mass on a few tokens, where the
-sampler/trainer mismatch is 3-10x larger (see ../shared/method.md and issue 2).
+sampler/trainer mismatch is 3-10x larger (see docs/method.md and the README's development log).
 
 Run:  python scripts/make_default_model.py            (about 8 minutes on 2 CPU cores)
 """

@@ -48,8 +48,13 @@ def notebook_parameters(path: Path) -> dict:
     if len(cells) != 1:
         raise ParameterError(f"{path.name}: expected exactly one cell tagged 'parameters', "
                              f"found {len(cells)}")
+    return parameters_from_source(cells[0].source)
+
+
+def parameters_from_source(source: str) -> dict:
+    """{name: value} of a parameters cell's literal assignments (comments ignored)."""
     names = {}
-    for node in ast.parse(cells[0].source).body:  # literal assignments only, comments ignored
+    for node in ast.parse(source).body:
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if isinstance(target, ast.Name):

@@ -6,7 +6,7 @@ distribution q = softmax((θ + noise) / T), scores s_v = ∇θ log p_v taken by 
 compared with scrl_min's own output except where a test is about an invariance of that output
 (mask garbage, bf16 vs float32 inputs, removed empty slots).
 
-The exact identities (method.md, "Checks that hold exactly"):
+The exact identities (docs/method.md, "Checks that hold exactly"):
   * on-policy (q = p): the centering gradient is zero;
   * k = V: the top-k gradient is −A [f(r_y) s_y − Σ_v q_v f(r_v) s_v];
   * drift removal: Σ_y q_y ∇L(y) = 0 for constant A, under every weighting;
@@ -43,7 +43,7 @@ SLOW_SETTINGS = settings(SETTINGS, max_examples=30)  # tests that loop over V sa
 # Independent float64 reference
 # ─────────────────────────────────────────────────────────────────────────────────────────────────
 def f_ref(r: torch.Tensor, weighting: str) -> torch.Tensor:
-    """f(r) of method.md's table, float64, written from the table (no clipping)."""
+    """f(r) of docs/method.md's weighting table, float64, written from the table (no clipping)."""
     band = ((r >= LO) & (r <= HI)).to(F64)
     return {"none": torch.ones_like(r), "is": r, "tis": torch.minimum(r, torch.full_like(r, TIS_CAP)),
             "mis": r * band, "icepop": band}[weighting]
@@ -330,7 +330,7 @@ def test_reference_checks_can_fail():
 
 
 # ─────────────────────────────────────────────────────────────────────────────────────────────────
-# 5. The hand examples (method.md): ∂L/∂ log p(v) = A · c_v for v in H
+# 5. The hand examples (docs/method.md): ∂L/∂ log p(v) = A · c_v for v in H
 # ─────────────────────────────────────────────────────────────────────────────────────────────────
 # L = −A [w_y log p_y − Σ_H c_v log p_v]  ⇒  ∂L/∂ log p_v = +A c_v,  ∂L/∂ log p_y = −A w_y.
 HAND = [

@@ -2,7 +2,7 @@
 sequence-level (GSPO-style) weights, PPO clipping against old trainer log-probs, the exact-support
 mode, and the LM-head gather that never materializes the (tokens × vocab) logits.
 
-Every reference below is written from the equations (method.md's table), not from scrl_min's code:
+Every reference below is written from the equations (docs/method.md's weighting table), not from scrl_min's code:
 full-vocabulary softmaxes in float64, weights f(r) from their definitions, gradients by autograd."""
 import math
 

@@ -1,10 +1,14 @@
-"""Notebooks: house rules, the parameters-file check, and a headless smoke run of every notebook."""
+"""Notebooks: house rules, the jupytext pairs, committed outputs, safe defaults, the parameters-file
+check, nbval's output comparison failing on a changed output, and a headless smoke run of every
+notebook with the CI parameters. (`make test` also runs nbval itself on notebook 01.)"""
 import json
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import jupytext
 import nbformat
 import pytest
 import yaml
@@ -14,6 +18,16 @@ from scrl_min.core import PROBE_TOL
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 RUNNER = [sys.executable, str(REPO / "scripts" / "run_notebooks.py")]
+NBVAL_ARGS = ["--nbval", "--nbval-current-env", "--nbval-sanitize-with",
+              str(REPO / "notebooks" / "nbval_sanitize.cfg"), "-p", "no:cacheprovider", "-q"]
+
+
+def parameters_cell(nb) -> dict:
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    sys.path.insert(0, str(REPO / "scripts"))
+    import run_notebooks
+
+    return run_notebooks.parameters_from_source(cell.source)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -27,8 +41,65 @@ def test_notebook_house_rules(path):
             assert "  # " in line, f"parameter without a trailing comment: {line!r}"
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert "!pip" not in code and "%pip" not in code and "from_pretrained(\"Qwen" not in code
-    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit notebooks clean"
     assert nb.cells[0].cell_type == "markdown" and "CPU" in nb.cells[0].source  # states hardware + time
+    text = "\n".join(c.source for c in nb.cells)
+    assert not re.search(r"\bissue \d|\.\./shared|(?<!docs/)method\.md", text), "a reference outside the repo"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_pair_in_sync(path):
+    """NN_name.ipynb and NN_name.py (jupytext py:percent) hold the same cells: type, source, tags."""
+    script = path.with_suffix(".py")
+    assert script.exists(), f"{script.name} missing: run `make sync`"
+
+    def cells(nb):
+        return [(c.cell_type, c.source.strip(), sorted(c.metadata.get("tags", []))) for c in nb.cells]
+
+    a, b = cells(jupytext.read(path)), cells(jupytext.read(script))
+    diff = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+    assert diff is None, (f"{path.name} and {script.name} differ at cell {diff}: edit one, then run "
+                          f"`make sync` (jupytext --sync)")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_committed_outputs_render_and_stay_lean(path):
+    """The committed notebook carries the outputs of `make reproduce`: every code cell ran, its figure
+    is inline, nothing points at one machine, and no widget (which GitHub cannot render) or stderr
+    block is left."""
+    nb = nbformat.read(path, as_version=4)
+    assert nb.metadata.get("scrl_min_run", {}).get("command") == "make reproduce", "run `make reproduce`"
+    code = [c for c in nb.cells if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", [])]
+    assert all(c.execution_count for c in code), "a code cell without an execution"
+    outputs = [o for c in code for o in c.outputs]
+    assert any("image/png" in o.get("data", {}) for o in outputs), "no inline figure"
+    for o in outputs:
+        assert o.output_type != "error", o
+        assert "application/vnd.jupyter.widget-view+json" not in o.get("data", {}), "widget output"
+        assert not (o.output_type == "stream" and o.name == "stderr"), f"stderr block: {o.text[:200]!r}"
+        text = o.get("text", "") + "".join(v for k, v in o.get("data", {}).items() if k.startswith("text/"))
+        assert not re.search(r"/(work|tmp|root|home)/", text), f"machine path in an output: {text[:200]!r}"
+    assert path.stat().st_size < 1_500_000, f"{path.name}: {path.stat().st_size} bytes"
+
+
+def test_all_notebooks_together_stay_small():
+    assert sum(p.stat().st_size for p in NOTEBOOKS) < 4_000_000
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_default_parameters_write_only_under_runs(path):
+    """Run from JupyterLab as they are, notebooks write under runs/ (git-ignored), never figures/;
+    only `make reproduce`'s parameters file points them at figures/."""
+    params = parameters_cell(nbformat.read(path, as_version=4))
+    dirs = {k: v for k, v in params.items() if k.endswith("_dir")}
+    assert "figures_dir" in dirs
+    for name, value in dirs.items():
+        assert Path(value).parts[0] == "runs", f"{path.name}: default {name} = {value!r}"
+    repro = yaml.safe_load((REPO / "notebooks" / "reproduce_parameters.yaml").read_text())
+    assert repro[path.stem] == {"figures_dir": "figures"}
+    ci = yaml.safe_load((REPO / "notebooks" / "ci_parameters.yaml").read_text())
+    assert all(Path(v).parts[:2] == ("runs", "ci") for v in ci[path.stem].values() if isinstance(v, str)
+               and v.startswith(("runs", "figures")))
+    assert "runs/" in (REPO / ".gitignore").read_text().split()
 
 
 def test_ci_parameters_name_real_parameters():
@@ -54,6 +125,24 @@ def test_misspelled_parameter_fails_before_anything_runs(tmp_path):
 
 
 @pytest.mark.slow
+def test_nbval_fails_when_an_output_changes(tmp_path):
+    """nbval's strict comparison is live: one number changed in a committed output of notebook 01
+    (a copy) fails it, naming the cell; the sanitizer does not hide it."""
+    nb = nbformat.read(REPO / "notebooks" / "01_signal_and_drift.ipynb", as_version=4)
+    i, out = next((i, o) for i, c in enumerate(nb.cells) if c.cell_type == "code"
+                  for o in c.get("outputs", []) if o.output_type == "stream" and "E_q[R] = " in o.text)
+    changed = re.sub(r"E_q\[R\] = (\d\.\d+)", lambda m: f"E_q[R] = {float(m.group(1)) + 0.001:.4f}", out.text)
+    assert changed != out.text
+    out.text = changed
+    copy = tmp_path / "01_tampered.ipynb"
+    nbformat.write(nb, copy)
+    r = subprocess.run([sys.executable, "-m", "pytest", str(copy), *NBVAL_ARGS], capture_output=True,
+                       text=True, cwd=REPO, timeout=600)
+    assert r.returncode == 1, r.stdout[-2000:]
+    assert "1 failed" in r.stdout and "E_q[R] = " in r.stdout, r.stdout[-2000:]
+
+
+@pytest.mark.slow
 def test_all_notebooks_run_headlessly_with_ci_parameters(tmp_path):
     shutil.rmtree(REPO / "runs" / "ci", ignore_errors=True)
     r = subprocess.run(RUNNER + ["--params", str(REPO / "notebooks" / "ci_parameters.yaml"),
@@ -66,6 +155,10 @@ def test_all_notebooks_run_headlessly_with_ci_parameters(tmp_path):
         assert pngs and all(p.stat().st_size > 10_000 for p in pngs), f"{path.stem}: no figure"
         for png in pngs:  # the numbers behind each figure, saved beside it
             assert json.loads(png.with_suffix(".json").read_text())
+        nb = nbformat.read(tmp_path / path.name, as_version=4)  # quiet cells: no widget, no stderr block
+        for o in (o for c in nb.cells if c.cell_type == "code" for o in c.outputs):
+            assert "application/vnd.jupyter.widget-view+json" not in o.get("data", {}), path.name
+            assert not (o.output_type == "stream" and o.name == "stderr"), (path.name, o.text[:300])
     final = json.loads((figs / "02_fp8_arms.json").read_text())["final"]
     assert {"raw, σ=0.1/bf16", "raw, σ=0.1/sc", "grpo, σ=0.1/plain", "raw, FP8 only (σ=0)/sc"} <= set(final)
     topk = json.loads((figs / "03_topk_estimator.json").read_text())

@@ -337,3 +337,21 @@ def test_cli_help_and_one_line_errors(tmp_path):
     r = subprocess.run(cmd + ["--arm", "bogus"], capture_output=True, text=True)
     assert r.returncode == 2 and "invalid choice: 'bogus'" in r.stderr
     assert not out.exists()
+
+
+def test_run_folders_per_configuration_never_block_a_later_run(tmp_path):
+    """A small trial and a run with other settings get different folders (config_id), so neither
+    blocks the other; a longer run of the same settings resumes the trial's folder and keeps its
+    steps; arm presets compose with explicit fields (TIS + SC)."""
+    trial = scrl_min.with_run_dir(scrl_min.arm_config("sc", steps=2, **SMALL), tmp_path, "sc")
+    other = scrl_min.with_run_dir(scrl_min.arm_config("sc", steps=2, **{**SMALL, "group_size": 2}),
+                                  tmp_path, "sc")
+    longer = scrl_min.with_run_dir(scrl_min.arm_config("sc", steps=3, **SMALL), tmp_path, "sc")
+    assert trial.out_dir != other.out_dir and trial.out_dir == longer.out_dir
+    first = Trainer(trial).train()
+    assert len(Trainer(other).train()) == 2  # no "different config" error
+    resumed = Trainer(longer).train()
+    assert [r["step"] for r in resumed] == [0, 1, 2] and resumed[:2] == first
+    combo = scrl_min.arm_config("tis", centering=True)
+    assert (combo.weighting, combo.centering, combo.sampler_precision) == ("tis", True, "fp8")
+    assert scrl_min.arm_config("bf16").noise_std == 0.0 and scrl_min.arm_config("bf16", noise_std=0.1).noise_std == 0.1

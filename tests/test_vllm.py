@@ -441,3 +441,20 @@ def test_a_batch_larger_than_one_engine_step_is_split_not_crashed(engine, policy
     assert ro.completion_ids.shape == (len(prompts), 2) and ro.completion_mask[:, 0].all()
     with pytest.raises(ScrlError, match="prompt 1 has .* tokens, more than the engine prefills"):
         engine._engine_batches([3, budget + 1])
+
+
+@needs_vllm
+def test_engine_output_is_kept_off_the_screen(engine, policy, capfd):
+    """Start-up and weight-load chatter (vLLM's warnings, its loading bar, C-level prints) goes to
+    `engine_log`, not to the notebook cell; a push prints nothing, and printing works afterwards."""
+    model, _ = policy
+    assert "Loading safetensors checkpoint shards" in engine.engine_log
+    assert "RotaryEmbedding" in engine.engine_log or "WARNING" in engine.engine_log
+    capfd.readouterr()
+    before = len(engine.engine_log)
+    engine.push_weights(model.state_dict())
+    out, err = capfd.readouterr()
+    assert out == "" and err == "", (out[:300], err[:300])
+    assert len(engine.engine_log) >= before
+    print("still printing")
+    assert capfd.readouterr().out == "still printing\n"

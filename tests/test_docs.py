@@ -1,0 +1,45 @@
+"""Every reference resolves: the method note that notebooks and tests cite is in the repository,
+the README's file table names real files, and no text points outside the repository."""
+import re
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def tracked_text_files():
+    names = subprocess.run(["git", "ls-files"], capture_output=True, text=True, cwd=REPO).stdout.split()
+    return [REPO / n for n in names if n.endswith((".py", ".md", ".yaml", ".cfg", ".toml", ".ipynb"))]
+
+
+def test_no_text_points_outside_the_repository():
+    bad = []
+    for path in tracked_text_files():
+        if not path.exists():
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"\.\./shared|\b[Ii]ssue \d|(?<![\w/])method\.md", line):
+                bad.append(f"{path.relative_to(REPO)}:{i}: {line.strip()[:100]}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_method_note_has_the_sections_that_are_cited():
+    note = (REPO / "docs" / "method.md").read_text()
+    headings = set(re.findall(r"^## (.+)$", note, flags=re.M))
+    cited = set()
+    for path in tracked_text_files():
+        if path.exists() and path.name != "method.md":
+            cited |= set(re.findall(r'docs/method\.md`?,? (?:section )?"([^"]+)"', path.read_text()))
+    assert cited, "nothing cites docs/method.md by section"
+    assert cited <= headings, f"cited sections missing from docs/method.md: {cited - headings}"
+
+
+def test_readme_file_table_names_real_files():
+    readme = (REPO / "README.md").read_text()
+    table = readme[readme.index("## What is where"):readme.index("## Contributing")]
+    paths = re.findall(r"^\| `([^`]+)` \|", table, flags=re.M)
+    assert len(paths) > 10
+    for p in paths:
+        m = re.match(r"(.*)\{(.*)\}$", p)
+        for q in ([m.group(1) + ext for ext in m.group(2).split(",")] if m else [p]):
+            assert (REPO / q).exists(), f"README names {q}, which does not exist"
