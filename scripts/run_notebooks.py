@@ -80,6 +80,8 @@ def clean_executed(src: Path, dst: Path, params: dict) -> None:
     for c in nb.cells:
         c.metadata.pop("papermill", None)
         c.metadata.pop("execution", None)
+        if not c.metadata.get("tags", True):  # papermill adds an empty tag list to every cell
+            del c.metadata["tags"]
     nb.metadata.pop("papermill", None)
     nb.metadata["scrl_min_run"] = {"parameters": json.loads(json.dumps(params)),
                                    "command": "make reproduce"}

@@ -15,7 +15,7 @@ def tracked_text_files():
 def test_no_text_points_outside_the_repository():
     bad = []
     for path in tracked_text_files():
-        if not path.exists():
+        if not path.exists() or path.name == "test_docs.py":  # this file spells the patterns out
             continue
         for i, line in enumerate(path.read_text().splitlines(), 1):
             if re.search(r"\.\./shared|\b[Ii]ssue \d|(?<![\w/])method\.md", line):
