@@ -70,6 +70,7 @@ DEFAULT_MODEL_PATH = REPO_ROOT / "models" / "qwen3-tiny-code"
 EMPTY_LOGP = -9000.0  # head log-probs at or below this (the -9999 stand-in, -inf) mark an empty slot
 RHO_EPS = 1e-6  # floor of the trainer's tail mass in ρ's denominator
 TAIL_TOL = 1e-5  # a sampler tail mass below this counts as zero (float32 rounding of Σ_H q)
+SAME_LOGP_TOL = 1e-6  # an id given twice must carry one log-prob: |Δ| ≤ this · max(1, |log q|) (float32)
 MAX_LOG_RATIO = 20.0  # |log r| is clipped here before exp, so weights stay finite (e^20 ≈ 4.9e8)
 
 
@@ -352,24 +353,33 @@ def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, adv
                          included; the importance weights and the coefficients then use p_old
                          (decoupled PPO). With old = current (π = 1) the loss equals the unclipped one.
       ppo_clip:          (ε_lo, ε_hi) of the PPO clip, used only with old_logp
-      tail_tol:          a sampler tail 1 − Σ_H q at or below this is zero (ρ = 0); default
-                         max(1e-5, 8 ulp of the coarser input dtype), so bf16 rounding noise in a
+      tail_tol:          a sampler tail 1 − Σ_H q at or below this is zero (ρ = 0); default: the
+                         rounding of the float32 sum Σ_H q, TAIL_TOL = 1e-5, whatever the trainer's
+                         dtype (a bf16 trainer keeps its tails); only sampler log-probs that arrive
+                         coarser than float32 add their own rounding, Σ_H q_v (e^{u |log q_v|} − 1)
+                         per token (u: unit roundoff of their dtype), so that rounding noise in a
                          head that holds all the mass does not become a huge ρ
     Returns:
       (loss, diag): loss (B, T) float32, zero where mask is False, in score-function form
       −A · sg(weights) · log p (its gradient is the method's; its value is not a PPO surrogate); diag a
       dict of detached (B, T) float32 tensors: weight (the total factor on the sampled token's score),
-      log_ratio log(p_y/q_y), rho ρ, head_mass_q Σ_H q, head_mass_p Σ_H p, and with old_logp also
-      ppo_ratio π and clipped (1.0 where the clip removed the token's gradient).
-    All coefficient arithmetic is float32 whatever the input dtype; nothing non-finite reaches the
-    loss from -inf head slots or huge log-ratios. Raises ScrlError on a shape mismatch, a bad name, or
-    (exact_support) a head whose sampler mass is not 1, naming the sequence and position.
+      log_ratio log(p_y/q_y), rho ρ, rho_at_bound (1.0 where ρ hit its bound: the trainer tail
+      1 − Σ_H p floored at RHO_EPS while the sampler tail counts as non-zero), head_mass_q Σ_H q,
+      head_mass_p Σ_H p, and with old_logp also ppo_ratio π and clipped (1.0 where the clip removed
+      the token's gradient).
+    All coefficient arithmetic (head sums, ρ, α, c) is float32 whatever the input dtype; nothing
+    non-finite reaches the loss from -inf head slots or huge log-ratios. Raises ScrlError, naming the
+    sequence and position, on: a shape mismatch or a bad name; at a loss-carrying position, a
+    non-finite sampler log-prob of the sampled token or a NaN in its sampler head (a broken row, not
+    an empty slot); with centering or exact_support, a sampler head with no valid slot (nothing to
+    center with); with exact_support, a head whose sampler mass is not 1.
     """
     A, mask = _check_loss_inputs(logp, logp_head, sampler_logp, sampler_logp_head, advantages, mask,
-                                 old_logp, old_logp_head, weighting, level)  # A (B, T), 0 off mask
+                                 old_logp, old_logp_head, weighting, level,
+                                 centering or exact_support)  # A (B, T), 0 off mask
     old = old_logp is not None
     zeros = torch.zeros(logp_head.shape, dtype=torch.float32)
-    # H, the sampler's head: an empty slot (−inf, −9999, NaN) is outside it (`where`, never 0·−inf)
+    # H, the sampler's head: an empty slot (−inf, −9999) is outside it (`where`, never 0·−inf)
     valid = sampler_logp_head > EMPTY_LOGP  # (B, T, k)
     use = valid & mask[..., None]  # coefficients only at loss-carrying tokens: nothing leaks
     # log p(y_t) and log p(v), v ∈ H: the only tensors that carry gradient
@@ -389,7 +399,8 @@ def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, adv
     p = torch.where(valid, lp.exp(), zeros)  # (B, T, k)
     head_p = p.sum(-1)  # Σ_H p, (B, T)
     # ρ = (1 − Σ_H q)_+ / max(1 − Σ_H p, ε)
-    rho = _tail_ratio(head_q, head_p, exact_support, tail_tol, sampler_logp_head.dtype, logp_head.dtype)
+    rho, rho_at_bound = _tail_ratio(head_q, head_p, q, lq, exact_support, tail_tol,
+                                    sampler_logp_head.dtype)  # (B, T), (B, T)
     # log r_y = log p(y_t) − log q(y_t), clipped to ±MAX_LOG_RATIO so exp stays finite
     log_ratio = (lp_ref_y - sampler_logp.float()).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
     log_ratio = torch.where(mask, log_ratio, 0.0)  # (B, T)
@@ -412,7 +423,7 @@ def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, adv
     # L_t = −sg(A_t) · sg(outer) · [ sg(w_y) log p(y_t) − Σ_H sg(c_v) log p(v) ]
     loss = torch.where(mask, -A * outer * bracket, 0.0)
     diag = dict(weight=(w_y * outer).detach(), log_ratio=log_ratio.detach(), rho=rho.detach(),
-                head_mass_q=head_q.detach(), head_mass_p=head_p.detach())
+                rho_at_bound=rho_at_bound, head_mass_q=head_q.detach(), head_mass_p=head_p.detach())
     if old:
         diag.update(ppo_ratio=pi.detach(), clipped=clipped.float())
     return loss, diag
@@ -420,8 +431,10 @@ def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, adv
 
 # The loss's input checks and option plumbing, kept out of its way.
 def _check_loss_inputs(logp, logp_head, sampler_logp, sampler_logp_head, advantages, mask,
-                       old_logp, old_logp_head, weighting, level):
-    """Shapes and names; returns (A (B, T) float32, detached, 0 off the mask; mask (B, T) bool)."""
+                       old_logp, old_logp_head, weighting, level, needs_head):
+    """Shapes, names, and the sampler's values at loss-carrying positions (a non-finite log q(y_t),
+    a NaN head slot; with needs_head, a head with no valid slot): raises ScrlError naming the first.
+    Returns (A (B, T) float32, detached, 0 off the mask; mask (B, T) bool)."""
     if logp.dim() != 2:
         raise ScrlError(f"logp has shape {tuple(logp.shape)}, expected (B, T)")
     B, T = logp.shape
@@ -440,12 +453,35 @@ def _check_loss_inputs(logp, logp_head, sampler_logp, sampler_logp_head, advanta
     if level not in LEVELS:
         raise ScrlError(f"unknown level {level!r}; choose one of {LEVELS}")
     mask = mask.bool()
+    _check_sampler_values(sampler_logp, sampler_logp_head, mask, needs_head)
     A = advantages.detach().float()
     if A.dim() == 1 and A.shape[0] == B:
         A = A[:, None]
     if not (A.dim() == 2 and A.shape[0] == B and A.shape[1] in (1, T)):
         raise ScrlError(f"advantages has shape {tuple(advantages.shape)}, expected ({B},) or ({B}, {T})")
     return torch.where(mask, A.expand(B, T), 0.0), mask  # masked positions carry nothing, not even NaN
+
+
+def _check_sampler_values(sampler_logp, sampler_logp_head, mask, needs_head):
+    """At loss-carrying positions: log q(y_t) finite, no NaN head slot, and (needs_head) at least one
+    valid head slot. Otherwise a broken row would become a weight (NaN → 1, or 2e-9 under IS) or an
+    uncentered token without a word. One masked pass over the head."""
+    bad_y = mask & ~torch.isfinite(sampler_logp)  # NaN, ±inf
+    bad_h = mask & torch.isnan(sampler_logp_head).any(-1)  # −inf / ≤ EMPTY_LOGP slots are legal
+    bad = bad_y | bad_h
+    if bad.any():
+        b, t = bad.nonzero()[0].tolist()
+        what = (f"sampler_logp = {sampler_logp[b, t].item()} (log q of the sampled token)" if bad_y[b, t]
+                else "NaN in sampler_logp_head")
+        raise ScrlError(f"{what} at {_first_bad(bad)}, a loss-carrying position: a broken sampler "
+                        f"row (validate_rollout refuses it); an empty head slot is −inf or <= "
+                        f"{EMPTY_LOGP:g}, never NaN")
+    if needs_head:
+        empty = mask & ~(sampler_logp_head > EMPTY_LOGP).any(-1)
+        if empty.any():
+            raise ScrlError(f"empty sampler head (no slot above {EMPTY_LOGP:g}) at "
+                            f"{_first_bad(empty)}, a loss-carrying position: the token cannot be "
+                            f"centered (did the engine return an empty top-k list?)")
 
 
 def _renormalize_over_head(head_q, valid, mask, *log_probs):
@@ -463,14 +499,23 @@ def _renormalize_over_head(head_q, valid, mask, *log_probs):
     return out
 
 
-def _tail_ratio(head_q, head_p, exact_support, tail_tol, *dtypes):
-    """ρ (B, T). A sampler tail within rounding of zero (k = V, exact support, or a head with all the
-    mass) is zero: otherwise ρ would be rounding noise over rounding noise."""
+def _tail_ratio(head_q, head_p, q, lq, exact_support, tail_tol, sampler_dtype):
+    """(ρ (B, T), rho_at_bound (B, T) float). Float32 throughout: head_q, head_p are float32 sums
+    whatever the input dtype. A sampler tail within rounding of zero (k = V, exact support, or a head
+    with all the mass) is zero: otherwise ρ would be rounding noise over rounding noise. The rounding
+    is that of Σ_H q: float32 summation (TAIL_TOL), plus, for sampler log-probs coarser than float32,
+    their own rounding |δ log q_v| ≤ u |log q_v| (q, lq: (B, T, k) float32, 0 at empty slots). The
+    trainer's dtype plays no part. rho_at_bound marks ρ's denominator floored at RHO_EPS (a trainer
+    tail at or below rounding) while the sampler tail counts: ρ is then a bound, not an estimate."""
     tail_q, tail_p = 1.0 - head_q, 1.0 - head_p
-    if tail_tol is None:  # rounding of Σ_H q and Σ_H p is set by the coarser input dtype
-        tail_tol = max(TAIL_TOL, 8 * max(torch.finfo(d).eps for d in dtypes))
-    return torch.where((tail_q <= tail_tol) | exact_support, torch.zeros_like(tail_q),
-                       tail_q / tail_p.clamp(min=RHO_EPS))
+    if tail_tol is None:
+        tail_tol = TAIL_TOL
+        u = torch.finfo(sampler_dtype).eps / 2  # unit roundoff of the sampler's log-probs
+        if u > torch.finfo(torch.float32).eps / 2:  # bf16, float16: |δ Σ_H q| ≤ Σ_H q_v (e^{u|log q_v|} − 1)
+            tail_tol = TAIL_TOL + (q * torch.expm1(u * lq.abs())).sum(-1)
+    zero = (tail_q <= tail_tol) | exact_support
+    rho = torch.where(zero, torch.zeros_like(tail_q), tail_q / tail_p.clamp(min=RHO_EPS))
+    return rho, (~zero & (tail_p < RHO_EPS)).float()
 
 
 def _token_or_sequence_weight(log_ratio, mask, weighting, level, tis_cap, mis_band):
@@ -848,7 +893,9 @@ class Trainer:
             ratio_mean=r.mean().item(), ratio_min=r.min().item(), ratio_max=r.max().item(),
             ratio_out_of_band=((r < lo) | (r > hi)).float().mean().item(),
             head_mass_q=d["head_mass_q"][m].mean().item(), head_mass_p=d["head_mass_p"][m].mean().item(),
-            rho_mean=d["rho"][m].mean().item(), grad_norm=grad_norm.item(),
+            rho_mean=d["rho"][m].mean().item(),
+            rho_at_bound=d["rho_at_bound"][m].mean().item(),  # share of tokens whose ρ is a bound
+            grad_norm=grad_norm.item(),
             adv_mean=adv.mean().item(), seconds=time.time() - t0,
             **self._sampler_record,
         )
