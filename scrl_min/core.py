@@ -596,7 +596,10 @@ class Rollout:
     completion_mask (B, T) bool (True at sampled tokens, EOS included; False after it);
     sampler_logp (B, T) float32, log q(y_t) at the sampling temperature; head_ids (B, T, k) long, the
     sampler's top-k ids; head_logp (B, T, k) float32, their log q (full-vocabulary normalized at the
-    sampling temperature, -inf in empty slots).
+    sampling temperature, -inf in empty slots). Every generated position holds exactly min(k, V)
+    valid, distinct head entries; fewer (at least one) only where the sampler drew from an exact,
+    filtered support (`validate_rollout(..., exact_support=True)`). The sampled token's log q, when
+    its id is in the head too, is the same number in both places.
     """
 
     prompt_ids: torch.Tensor
@@ -613,14 +616,20 @@ def validate_rollout(ro: Rollout, vocab_size: int, exact_support: bool = False) 
 
     Checks: ids inside [0, V); the sampled token's log-prob present (finite, not the -9999 stand-in),
     not NaN, <= 0 (rounding tolerance 1e-4); head log-probs not NaN, <= 0; no id twice in a head
-    row; head mass Σ_H q <= 1 + 1e-3; with exact_support (the sampler drew from its head only), the
-    sampled token is in its head row. Only generated positions (completion_mask) are checked.
+    row; exactly min(k, V) valid head entries (k = head_ids.shape[-1], the size the engine was asked
+    for; a log-prob at or below -9000 or -inf is an empty slot), or with exact_support at least one
+    (a filtered support may be smaller than k); the sampled token's log-prob equal to its head
+    entry's when it is in the head (within SAME_LOGP_TOL: one id, one log-prob); head mass
+    Σ_H q <= 1 + 1e-3; with exact_support (the sampler drew from its head only), the sampled token is
+    in its head row. Only generated positions (completion_mask) are checked.
     """
     m = ro.completion_mask
+    k = ro.head_ids.shape[-1]
 
-    def first(bad: torch.Tensor, what: str) -> None:
+    def first(bad: torch.Tensor, what) -> None:  # what: a str, or (b, t) → str
         if bad.any():
             b, t = bad.nonzero()[0].tolist()[:2]
+            what = what(b, t) if callable(what) else what
             raise RolloutError(f"rollout: {what} at sequence {b}, completion position {t}")
 
     first(m & ((ro.completion_ids < 0) | (ro.completion_ids >= vocab_size)), "sampled id outside "
@@ -637,11 +646,25 @@ def validate_rollout(ro: Rollout, vocab_size: int, exact_support: bool = False) 
     ids = torch.where(valid, ro.head_ids, -1 - torch.arange(ro.head_ids.shape[-1]))  # empties distinct
     srt = ids.sort(-1).values
     first(m & (srt[..., 1:] == srt[..., :-1]).any(-1), "duplicated id in the sampler's head")
+    # exactly min(k, V) valid entries: a shorter head would be centered as if it were the asked one
+    n_valid = valid.sum(-1)  # (B, T)
+    need = torch.ones_like(n_valid) if exact_support else torch.full_like(n_valid, min(k, vocab_size))
+    first(m & (n_valid == 0), "empty sampler head (no valid top-k log-prob: did the engine return an "
+          "empty top-k list?)")
+    first(m & (n_valid < need), lambda b, t: f"short sampler head: k={k} asked, {int(n_valid[b, t])} "
+          f"valid, the rest empty (the engine capped or padded its log-probs: raise its "
+          f"max_logprobs to >= {k})")
     head_mass = torch.where(valid, ro.head_logp.exp(), torch.zeros_like(ro.head_logp)).sum(-1)
     first(m & (head_mass > 1 + 1e-3), "sampler head mass above 1")
+    # one id, one log-prob: the sampled token's log q again in its head entry
+    y_at = valid & (ro.head_ids == ro.completion_ids[..., None])  # (B, T, k)
+    y_lp = ro.sampler_logp[..., None]
+    off = (ro.head_logp - y_lp).abs() > SAME_LOGP_TOL * y_lp.abs().clamp(min=1.0)
+    first(m & (y_at & off).any(-1), lambda b, t: f"the sampled token's log-prob "
+          f"{ro.sampler_logp[b, t].item():.7g} differs from its head entry's "
+          f"{ro.head_logp[b, t][y_at[b, t]].item():.7g} (one id, two log-probs)")
     if exact_support:
-        inside = (valid & (ro.head_ids == ro.completion_ids[..., None])).any(-1)
-        first(m & ~inside, "sampled token outside the sampler's head (exact_support)")
+        first(m & ~y_at.any(-1), "sampled token outside the sampler's head (exact_support)")
 
 
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
@@ -1628,12 +1651,33 @@ def _check_lengths(seqs: list, T: int) -> None:
                                f"log-prob rows for {n} tokens at sequence {b}")
 
 
+def _short_head_error(b: int, t: int, k: int, entries: list) -> RolloutError:
+    """The error for a position whose row [(id, log q), ...] has fewer than k valid distinct ids,
+    with what the engine most likely did."""
+    n_valid = len({i for i, v in entries if v > EMPTY_LOGP})
+    if len(entries) <= 1:
+        why = "the engine returned an empty top-k list"
+    elif any(v <= EMPTY_LOGP for _, v in entries):
+        why = (f"the engine padded its list with -inf or -9999 stand-ins, so it holds fewer log-probs "
+               f"than asked: raise the engine's max_logprobs to >= {k}")
+    elif len({i for i, _ in entries}) < len(entries) - 1:
+        why = "ids repeat in the list (one id in every slot?): a transport or parsing bug"
+    else:
+        why = f"raise the engine's max_logprobs to >= {k} (vLLM's default is 20)"
+    return RolloutError(f"rollout: k={k} head log-probs asked, {n_valid} valid distinct returned at "
+                        f"sequence {b}, completion position {t}: {why}")
+
+
 def _dense_from_flat(seqs: list, B: int, T: int, k: int, pad_id: int):
     """The hot path: flat arrays of the whole batch → (ids, mask, sampler_logp, head_ids, head_logp).
 
     Per generated position vLLM gives y_t first, then the top-k (so y_t may appear twice). With R
     positions in the batch and L = max entries per position, everything below is (R, L) array work:
     one Python step per *sequence* (list → array), none per log-prob entry.
+    Raises RolloutError, naming sequence and position, for: a NaN log-prob; no entry for y_t; an id
+    given twice with two log-probs (beyond SAME_LOGP_TOL); fewer than k valid distinct ids (k ≤ V is
+    the sampler's to check), with the engine's likely fault (a max_logprobs cap, -inf/-9999
+    padding, an empty list, repeated ids).
     """
     ids, cmask, logq, head_ids, head_logp = _empty_dense(B, T, k, pad_id)
     _check_lengths(seqs, T)
@@ -1674,10 +1718,27 @@ def _dense_from_flat(seqs: list, B: int, T: int, k: int, pad_id: int):
     # head: one entry per id (y_t's repeat dropped), then the k best, ties by ascending id
     by_id = dense_id.sort(dim=1, stable=True)
     sid, slp = by_id.values, dense_lp.gather(1, by_id.indices)  # (R, L) sorted by id
+    # an id given twice carries one log-prob (both valid and equal within float32, or both empty)
+    a, b = slp[:, 1:], slp[:, :-1]
+    agree = ((a <= EMPTY_LOGP) & (b <= EMPTY_LOGP)) | ((a > EMPTY_LOGP) & (b > EMPTY_LOGP) & (
+        (a - b).abs() <= SAME_LOGP_TOL * torch.maximum(a.abs(), b.abs()).clamp(min=1.0)))
+    clash = (sid[:, 1:] == sid[:, :-1]) & (sid[:, 1:] >= 0) & ~agree  # (R, L − 1)
+    if clash.any():
+        r, j = clash.nonzero()[0].tolist()
+        raise RolloutError(f"rollout: the engine gave id {int(sid[r, j])} two log-probs, "
+                           f"{b[r, j].item():.7g} and {a[r, j].item():.7g}, at sequence {b_of[r]}, "
+                           f"completion position {t_of[r]} (a corrupted row)")
     dup = torch.zeros_like(sid, dtype=torch.bool)
     dup[:, 1:] = (sid[:, 1:] == sid[:, :-1]) | (sid[:, 1:] < 0)
     dup[:, 0] = sid[:, 0] < 0
     slp = slp.masked_fill(dup, float("-inf"))
+    # the head holds k valid distinct ids, as asked: never a shorter head that passes for a full one
+    short = (slp > EMPTY_LOGP).sum(1) < k  # (R,)
+    if short.any():
+        r = int(short.nonzero()[0])
+        n_r = int(width[r])
+        raise _short_head_error(int(b_of[r]), int(t_of[r]), k, list(zip(
+            dense_id[r, :n_r].tolist(), dense_lp[r, :n_r].tolist())))
     top = slp.sort(dim=1, descending=True, stable=True)
     hlp = top.values[:, :k]  # (R, k')
     hid = sid.gather(1, top.indices[:, :k]).masked_fill(hlp == float("-inf"), 0)  # empty slot id 0
@@ -1692,7 +1753,8 @@ def _dense_from_dicts(seqs: list, B: int, T: int, k: int, pad_id: int):
     """The reference path: vLLM's per-position {id: Logprob} dicts, read one entry at a time.
 
     Same result as `_dense_from_flat` to the last bit (tests check it): the head is the k best
-    distinct ids sorted by (−log q, id), and log q(y_t) is the dict's entry for y_t.
+    distinct ids sorted by (−log q, id), and log q(y_t) is the dict's entry for y_t. Raises the same
+    RolloutErrors (a dict holds each id once, so there is no repeated id to compare).
     """
     ids, cmask, logq, head_ids, head_logp = _empty_dense(B, T, k, pad_id)
     _check_lengths(seqs, T)
@@ -1705,6 +1767,8 @@ def _dense_from_dicts(seqs: list, B: int, T: int, k: int, pad_id: int):
             if y not in row:
                 raise RolloutError(f"rollout: the engine returned no log-prob for the sampled token "
                                    f"at sequence {b}, completion position {t}")
+            if sum(v > EMPTY_LOGP for v, _ in entries) < k:
+                raise _short_head_error(b, t, k, [(i, v) for v, i in entries])
             ids[b, t], cmask[b, t], logq[b, t] = y, True, row[y].logprob
             best = sorted(entries, key=lambda e: (-e[0], e[1]))[:k]
             for j, (v, tid) in enumerate(best):
