@@ -1714,7 +1714,8 @@ def _dense_from_flat(seqs: list, B: int, T: int, k: int, pad_id: int):
         r = int((~hit.any(1)).nonzero()[0])
         raise RolloutError(f"rollout: the engine returned no log-prob for the sampled token at "
                            f"sequence {b_of[r]}, completion position {t_of[r]}")
-    lq = torch.where(hit, dense_lp, float("-inf")).amax(1)  # (R,)
+    # (the first entry with its id: the one the head keeps below, so the two are one number)
+    lq = dense_lp.gather(1, hit.int().argmax(1, keepdim=True)).squeeze(1)  # (R,)
     # head: one entry per id (y_t's repeat dropped), then the k best, ties by ascending id
     by_id = dense_id.sort(dim=1, stable=True)
     sid, slp = by_id.values, dense_lp.gather(1, by_id.indices)  # (R, L) sorted by id

@@ -260,7 +260,7 @@ def test_training_run_logs_metrics_and_changes_parameters(tmp_path, weight_level
     recs = tr.train()
     assert [r["step"] for r in recs] == [0, 1, 2]
     for key in ("reward", "completion_len", "kl_sampled", "ratio_mean", "ratio_max", "head_mass_q",
-                "grad_norm", "rho_mean"):
+                "grad_norm", "rho_mean", "rho_at_bound"):
         assert all(isinstance(r[key], float) and r[key] == r[key] for r in recs), key
     assert recs[0]["fp8_backend"] in ("scaled_mm", "emulated")
     moved = sum(not torch.equal(before[k], v) for k, v in tr.policy.state_dict().items())
