@@ -203,7 +203,7 @@ def test_validate_rollout_names_sequence_and_position():
     ro = _fake_rollout()
     ro.head_logp[0, 1, 2:] = float("-inf")  # empty slots may repeat any id
     ro.head_ids[0, 1, 2:] = 0
-    with pytest.raises(RolloutError, match="k=4 asked, 2 valid .* sequence 0, completion position 1"):
+    with pytest.raises(RolloutError, match="k=4 asked, 2 valid.* sequence 0, completion position 1"):
         validate_rollout(ro, 10)  # ... but a head shorter than asked is refused,
     validate_rollout(ro, 10, exact_support=True)  # unless the sampler drew from a filtered support
     ro.sampler_logp[0, 2] = -9999.0
