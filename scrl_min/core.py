@@ -1720,15 +1720,15 @@ def _dense_from_flat(seqs: list, B: int, T: int, k: int, pad_id: int):
     by_id = dense_id.sort(dim=1, stable=True)
     sid, slp = by_id.values, dense_lp.gather(1, by_id.indices)  # (R, L) sorted by id
     # an id given twice carries one log-prob (both valid and equal within float32, or both empty)
-    a, b = slp[:, 1:], slp[:, :-1]
-    agree = ((a <= EMPTY_LOGP) & (b <= EMPTY_LOGP)) | ((a > EMPTY_LOGP) & (b > EMPTY_LOGP) & (
-        (a - b).abs() <= SAME_LOGP_TOL * torch.maximum(a.abs(), b.abs()).clamp(min=1.0)))
+    prev, nxt = slp[:, :-1], slp[:, 1:]  # (R, L − 1) neighbours in id order
+    agree = ((prev <= EMPTY_LOGP) & (nxt <= EMPTY_LOGP)) | ((prev > EMPTY_LOGP) & (nxt > EMPTY_LOGP) & (
+        (nxt - prev).abs() <= SAME_LOGP_TOL * torch.maximum(prev.abs(), nxt.abs()).clamp(min=1.0)))
     clash = (sid[:, 1:] == sid[:, :-1]) & (sid[:, 1:] >= 0) & ~agree  # (R, L − 1)
     if clash.any():
         r, j = clash.nonzero()[0].tolist()
         raise RolloutError(f"rollout: the engine gave id {int(sid[r, j])} two log-probs, "
-                           f"{b[r, j].item():.7g} and {a[r, j].item():.7g}, at sequence {b_of[r]}, "
-                           f"completion position {t_of[r]} (a corrupted row)")
+                           f"{prev[r, j].item():.7g} and {nxt[r, j].item():.7g}, at sequence "
+                           f"{b_of[r]}, completion position {t_of[r]} (a corrupted row)")
     dup = torch.zeros_like(sid, dtype=torch.bool)
     dup[:, 1:] = (sid[:, 1:] == sid[:, :-1]) | (sid[:, 1:] < 0)
     dup[:, 0] = sid[:, 0] < 0
