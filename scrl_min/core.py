@@ -71,6 +71,7 @@ DEFAULT_MODEL_PATH = REPO_ROOT / "models" / "qwen3-tiny-code"
 EMPTY_LOGP = -9000.0  # head log-probs at or below this (the -9999 stand-in, -inf) mark an empty slot
 RHO_EPS = 1e-6  # floor of the trainer's tail mass in ρ's denominator
 TAIL_TOL = 1e-5  # a sampler tail mass below this counts as zero (float32 rounding of Σ_H q)
+SAME_LOGP_TOL = 1e-6  # an id given twice must carry one log-prob: |Δ| ≤ this · max(1, |log q|) (float32)
 MAX_LOG_RATIO = 20.0  # |log r| is clipped here before exp, so weights stay finite (e^20 ≈ 4.9e8)
 
 
@@ -353,24 +354,33 @@ def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, adv
                          included; the importance weights and the coefficients then use p_old
                          (decoupled PPO). With old = current (π = 1) the loss equals the unclipped one.
       ppo_clip:          (ε_lo, ε_hi) of the PPO clip, used only with old_logp
-      tail_tol:          a sampler tail 1 − Σ_H q at or below this is zero (ρ = 0); default
-                         max(1e-5, 8 ulp of the coarser input dtype), so bf16 rounding noise in a
+      tail_tol:          a sampler tail 1 − Σ_H q at or below this is zero (ρ = 0); default: the
+                         rounding of the float32 sum Σ_H q, TAIL_TOL = 1e-5, whatever the trainer's
+                         dtype (a bf16 trainer keeps its tails); only sampler log-probs that arrive
+                         coarser than float32 add their own rounding, Σ_H q_v (e^{u |log q_v|} − 1)
+                         per token (u: unit roundoff of their dtype), so that rounding noise in a
                          head that holds all the mass does not become a huge ρ
     Returns:
       (loss, diag): loss (B, T) float32, zero where mask is False, in score-function form
       −A · sg(weights) · log p (its gradient is the method's; its value is not a PPO surrogate); diag a
       dict of detached (B, T) float32 tensors: weight (the total factor on the sampled token's score),
-      log_ratio log(p_y/q_y), rho ρ, head_mass_q Σ_H q, head_mass_p Σ_H p, and with old_logp also
-      ppo_ratio π and clipped (1.0 where the clip removed the token's gradient).
-    All coefficient arithmetic is float32 whatever the input dtype; nothing non-finite reaches the
-    loss from -inf head slots or huge log-ratios. Raises ScrlError on a shape mismatch, a bad name, or
-    (exact_support) a head whose sampler mass is not 1, naming the sequence and position.
+      log_ratio log(p_y/q_y), rho ρ, rho_at_bound (1.0 where ρ hit its bound: the trainer tail
+      1 − Σ_H p floored at RHO_EPS while the sampler tail counts as non-zero), head_mass_q Σ_H q,
+      head_mass_p Σ_H p, and with old_logp also ppo_ratio π and clipped (1.0 where the clip removed
+      the token's gradient).
+    All coefficient arithmetic (head sums, ρ, α, c) is float32 whatever the input dtype; nothing
+    non-finite reaches the loss from -inf head slots or huge log-ratios. Raises ScrlError, naming the
+    sequence and position, on: a shape mismatch or a bad name; at a loss-carrying position, a
+    non-finite sampler log-prob of the sampled token or a NaN in its sampler head (a broken row, not
+    an empty slot); with centering or exact_support, a sampler head with no valid slot (nothing to
+    center with); with exact_support, a head whose sampler mass is not 1.
     """
     A, mask = _check_loss_inputs(logp, logp_head, sampler_logp, sampler_logp_head, advantages, mask,
-                                 old_logp, old_logp_head, weighting, level)  # A (B, T), 0 off mask
+                                 old_logp, old_logp_head, weighting, level,
+                                 centering or exact_support)  # A (B, T), 0 off mask
     old = old_logp is not None
     zeros = torch.zeros(logp_head.shape, dtype=torch.float32)
-    # H, the sampler's head: an empty slot (−inf, −9999, NaN) is outside it (`where`, never 0·−inf)
+    # H, the sampler's head: an empty slot (−inf, −9999) is outside it (`where`, never 0·−inf)
     valid = sampler_logp_head > EMPTY_LOGP  # (B, T, k)
     use = valid & mask[..., None]  # coefficients only at loss-carrying tokens: nothing leaks
     # log p(y_t) and log p(v), v ∈ H: the only tensors that carry gradient
@@ -390,7 +400,8 @@ def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, adv
     p = torch.where(valid, lp.exp(), zeros)  # (B, T, k)
     head_p = p.sum(-1)  # Σ_H p, (B, T)
     # ρ = (1 − Σ_H q)_+ / max(1 − Σ_H p, ε)
-    rho = _tail_ratio(head_q, head_p, exact_support, tail_tol, sampler_logp_head.dtype, logp_head.dtype)
+    rho, rho_at_bound = _tail_ratio(head_q, head_p, q, lq, exact_support, tail_tol,
+                                    sampler_logp_head.dtype)  # (B, T), (B, T)
     # log r_y = log p(y_t) − log q(y_t), clipped to ±MAX_LOG_RATIO so exp stays finite
     log_ratio = (lp_ref_y - sampler_logp.float()).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
     log_ratio = torch.where(mask, log_ratio, 0.0)  # (B, T)
@@ -413,7 +424,7 @@ def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, adv
     # L_t = −sg(A_t) · sg(outer) · [ sg(w_y) log p(y_t) − Σ_H sg(c_v) log p(v) ]
     loss = torch.where(mask, -A * outer * bracket, 0.0)
     diag = dict(weight=(w_y * outer).detach(), log_ratio=log_ratio.detach(), rho=rho.detach(),
-                head_mass_q=head_q.detach(), head_mass_p=head_p.detach())
+                rho_at_bound=rho_at_bound, head_mass_q=head_q.detach(), head_mass_p=head_p.detach())
     if old:
         diag.update(ppo_ratio=pi.detach(), clipped=clipped.float())
     return loss, diag
@@ -421,8 +432,10 @@ def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, adv
 
 # The loss's input checks and option plumbing, kept out of its way.
 def _check_loss_inputs(logp, logp_head, sampler_logp, sampler_logp_head, advantages, mask,
-                       old_logp, old_logp_head, weighting, level):
-    """Shapes and names; returns (A (B, T) float32, detached, 0 off the mask; mask (B, T) bool)."""
+                       old_logp, old_logp_head, weighting, level, needs_head):
+    """Shapes, names, and the sampler's values at loss-carrying positions (a non-finite log q(y_t),
+    a NaN head slot; with needs_head, a head with no valid slot): raises ScrlError naming the first.
+    Returns (A (B, T) float32, detached, 0 off the mask; mask (B, T) bool)."""
     if logp.dim() != 2:
         raise ScrlError(f"logp has shape {tuple(logp.shape)}, expected (B, T)")
     B, T = logp.shape
@@ -441,12 +454,35 @@ def _check_loss_inputs(logp, logp_head, sampler_logp, sampler_logp_head, advanta
     if level not in LEVELS:
         raise ScrlError(f"unknown level {level!r}; choose one of {LEVELS}")
     mask = mask.bool()
+    _check_sampler_values(sampler_logp, sampler_logp_head, mask, needs_head)
     A = advantages.detach().float()
     if A.dim() == 1 and A.shape[0] == B:
         A = A[:, None]
     if not (A.dim() == 2 and A.shape[0] == B and A.shape[1] in (1, T)):
         raise ScrlError(f"advantages has shape {tuple(advantages.shape)}, expected ({B},) or ({B}, {T})")
     return torch.where(mask, A.expand(B, T), 0.0), mask  # masked positions carry nothing, not even NaN
+
+
+def _check_sampler_values(sampler_logp, sampler_logp_head, mask, needs_head):
+    """At loss-carrying positions: log q(y_t) finite, no NaN head slot, and (needs_head) at least one
+    valid head slot. Otherwise a broken row would become a weight (NaN → 1, or 2e-9 under IS) or an
+    uncentered token without a word. One masked pass over the head."""
+    bad_y = mask & ~torch.isfinite(sampler_logp)  # NaN, ±inf
+    bad_h = mask & torch.isnan(sampler_logp_head).any(-1)  # −inf / ≤ EMPTY_LOGP slots are legal
+    bad = bad_y | bad_h
+    if bad.any():
+        b, t = bad.nonzero()[0].tolist()
+        what = (f"sampler_logp = {sampler_logp[b, t].item()} (log q of the sampled token)" if bad_y[b, t]
+                else "NaN in sampler_logp_head")
+        raise ScrlError(f"{what} at {_first_bad(bad)}, a loss-carrying position: a broken sampler "
+                        f"row (validate_rollout refuses it); an empty head slot is −inf or <= "
+                        f"{EMPTY_LOGP:g}, never NaN")
+    if needs_head:
+        empty = mask & ~(sampler_logp_head > EMPTY_LOGP).any(-1)
+        if empty.any():
+            raise ScrlError(f"empty sampler head (no slot above {EMPTY_LOGP:g}) at "
+                            f"{_first_bad(empty)}, a loss-carrying position: the token cannot be "
+                            f"centered (did the engine return an empty top-k list?)")
 
 
 def _renormalize_over_head(head_q, valid, mask, *log_probs):
@@ -464,14 +500,23 @@ def _renormalize_over_head(head_q, valid, mask, *log_probs):
     return out
 
 
-def _tail_ratio(head_q, head_p, exact_support, tail_tol, *dtypes):
-    """ρ (B, T). A sampler tail within rounding of zero (k = V, exact support, or a head with all the
-    mass) is zero: otherwise ρ would be rounding noise over rounding noise."""
+def _tail_ratio(head_q, head_p, q, lq, exact_support, tail_tol, sampler_dtype):
+    """(ρ (B, T), rho_at_bound (B, T) float). Float32 throughout: head_q, head_p are float32 sums
+    whatever the input dtype. A sampler tail within rounding of zero (k = V, exact support, or a head
+    with all the mass) is zero: otherwise ρ would be rounding noise over rounding noise. The rounding
+    is that of Σ_H q: float32 summation (TAIL_TOL), plus, for sampler log-probs coarser than float32,
+    their own rounding |δ log q_v| ≤ u |log q_v| (q, lq: (B, T, k) float32, 0 at empty slots). The
+    trainer's dtype plays no part. rho_at_bound marks ρ's denominator floored at RHO_EPS (a trainer
+    tail at or below rounding) while the sampler tail counts: ρ is then a bound, not an estimate."""
     tail_q, tail_p = 1.0 - head_q, 1.0 - head_p
-    if tail_tol is None:  # rounding of Σ_H q and Σ_H p is set by the coarser input dtype
-        tail_tol = max(TAIL_TOL, 8 * max(torch.finfo(d).eps for d in dtypes))
-    return torch.where((tail_q <= tail_tol) | exact_support, torch.zeros_like(tail_q),
-                       tail_q / tail_p.clamp(min=RHO_EPS))
+    if tail_tol is None:
+        tail_tol = TAIL_TOL
+        u = torch.finfo(sampler_dtype).eps / 2  # unit roundoff of the sampler's log-probs
+        if u > torch.finfo(torch.float32).eps / 2:  # bf16, float16: |δ Σ_H q| ≤ Σ_H q_v (e^{u|log q_v|} − 1)
+            tail_tol = TAIL_TOL + (q * torch.expm1(u * lq.abs())).sum(-1)
+    zero = (tail_q <= tail_tol) | exact_support
+    rho = torch.where(zero, torch.zeros_like(tail_q), tail_q / tail_p.clamp(min=RHO_EPS))
+    return rho, (~zero & (tail_p < RHO_EPS)).float()
 
 
 def _token_or_sequence_weight(log_ratio, mask, weighting, level, tis_cap, mis_band):
@@ -552,7 +597,10 @@ class Rollout:
     completion_mask (B, T) bool (True at sampled tokens, EOS included; False after it);
     sampler_logp (B, T) float32, log q(y_t) at the sampling temperature; head_ids (B, T, k) long, the
     sampler's top-k ids; head_logp (B, T, k) float32, their log q (full-vocabulary normalized at the
-    sampling temperature, -inf in empty slots).
+    sampling temperature, -inf in empty slots). Every generated position holds exactly min(k, V)
+    valid, distinct head entries; fewer (at least one) only where the sampler drew from an exact,
+    filtered support (`validate_rollout(..., exact_support=True)`). The sampled token's log q, when
+    its id is in the head too, is the same number in both places.
     """
 
     prompt_ids: torch.Tensor
@@ -569,14 +617,20 @@ def validate_rollout(ro: Rollout, vocab_size: int, exact_support: bool = False) 
 
     Checks: ids inside [0, V); the sampled token's log-prob present (finite, not the -9999 stand-in),
     not NaN, <= 0 (rounding tolerance 1e-4); head log-probs not NaN, <= 0; no id twice in a head
-    row; head mass Σ_H q <= 1 + 1e-3; with exact_support (the sampler drew from its head only), the
-    sampled token is in its head row. Only generated positions (completion_mask) are checked.
+    row; exactly min(k, V) valid head entries (k = head_ids.shape[-1], the size the engine was asked
+    for; a log-prob at or below -9000 or -inf is an empty slot), or with exact_support at least one
+    (a filtered support may be smaller than k); the sampled token's log-prob equal to its head
+    entry's when it is in the head (within SAME_LOGP_TOL: one id, one log-prob); head mass
+    Σ_H q <= 1 + 1e-3; with exact_support (the sampler drew from its head only), the sampled token is
+    in its head row. Only generated positions (completion_mask) are checked.
     """
     m = ro.completion_mask
+    k = ro.head_ids.shape[-1]
 
-    def first(bad: torch.Tensor, what: str) -> None:
+    def first(bad: torch.Tensor, what) -> None:  # what: a str, or (b, t) → str
         if bad.any():
             b, t = bad.nonzero()[0].tolist()[:2]
+            what = what(b, t) if callable(what) else what
             raise RolloutError(f"rollout: {what} at sequence {b}, completion position {t}")
 
     first(m & ((ro.completion_ids < 0) | (ro.completion_ids >= vocab_size)), "sampled id outside "
@@ -593,11 +647,25 @@ def validate_rollout(ro: Rollout, vocab_size: int, exact_support: bool = False) 
     ids = torch.where(valid, ro.head_ids, -1 - torch.arange(ro.head_ids.shape[-1]))  # empties distinct
     srt = ids.sort(-1).values
     first(m & (srt[..., 1:] == srt[..., :-1]).any(-1), "duplicated id in the sampler's head")
+    # exactly min(k, V) valid entries: a shorter head would be centered as if it were the asked one
+    n_valid = valid.sum(-1)  # (B, T)
+    need = torch.ones_like(n_valid) if exact_support else torch.full_like(n_valid, min(k, vocab_size))
+    first(m & (n_valid == 0), "empty sampler head (no valid top-k log-prob: did the engine return an "
+          "empty top-k list?)")
+    first(m & (n_valid < need), lambda b, t: f"short sampler head: k={k} asked, {int(n_valid[b, t])} "
+          f"valid, the rest empty (the engine capped or padded its log-probs: raise its "
+          f"max_logprobs to >= {k})")
     head_mass = torch.where(valid, ro.head_logp.exp(), torch.zeros_like(ro.head_logp)).sum(-1)
     first(m & (head_mass > 1 + 1e-3), "sampler head mass above 1")
+    # one id, one log-prob: the sampled token's log q again in its head entry
+    y_at = valid & (ro.head_ids == ro.completion_ids[..., None])  # (B, T, k)
+    y_lp = ro.sampler_logp[..., None]
+    off = (ro.head_logp - y_lp).abs() > SAME_LOGP_TOL * y_lp.abs().clamp(min=1.0)
+    first(m & (y_at & off).any(-1), lambda b, t: f"the sampled token's log-prob "
+          f"{ro.sampler_logp[b, t].item():.7g} differs from its head entry's "
+          f"{ro.head_logp[b, t][y_at[b, t]].item():.7g} (one id, two log-probs)")
     if exact_support:
-        inside = (valid & (ro.head_ids == ro.completion_ids[..., None])).any(-1)
-        first(m & ~inside, "sampled token outside the sampler's head (exact_support)")
+        first(m & ~y_at.any(-1), "sampled token outside the sampler's head (exact_support)")
 
 
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
@@ -849,7 +917,9 @@ class Trainer:
             ratio_mean=r.mean().item(), ratio_min=r.min().item(), ratio_max=r.max().item(),
             ratio_out_of_band=((r < lo) | (r > hi)).float().mean().item(),
             head_mass_q=d["head_mass_q"][m].mean().item(), head_mass_p=d["head_mass_p"][m].mean().item(),
-            rho_mean=d["rho"][m].mean().item(), grad_norm=grad_norm.item(),
+            rho_mean=d["rho"][m].mean().item(),
+            rho_at_bound=d["rho_at_bound"][m].mean().item(),  # share of tokens whose ρ is a bound
+            grad_norm=grad_norm.item(),
             adv_mean=adv.mean().item(), seconds=time.time() - t0,
             **self._sampler_record,
         )
@@ -1660,12 +1730,33 @@ def _check_lengths(seqs: list, T: int) -> None:
                                f"log-prob rows for {n} tokens at sequence {b}")
 
 
+def _short_head_error(b: int, t: int, k: int, entries: list) -> RolloutError:
+    """The error for a position whose row [(id, log q), ...] has fewer than k valid distinct ids,
+    with what the engine most likely did."""
+    n_valid = len({i for i, v in entries if v > EMPTY_LOGP})
+    if len(entries) <= 1:
+        why = "the engine returned an empty top-k list"
+    elif any(v <= EMPTY_LOGP for _, v in entries):
+        why = (f"the engine padded its list with -inf or -9999 stand-ins, so it holds fewer log-probs "
+               f"than asked: raise the engine's max_logprobs to >= {k}")
+    elif len({i for i, _ in entries}) < len(entries) - 1:
+        why = "ids repeat in the list (one id in every slot?): a transport or parsing bug"
+    else:
+        why = f"raise the engine's max_logprobs to >= {k} (vLLM's default is 20)"
+    return RolloutError(f"rollout: k={k} head log-probs asked, {n_valid} valid distinct returned at "
+                        f"sequence {b}, completion position {t}: {why}")
+
+
 def _dense_from_flat(seqs: list, B: int, T: int, k: int, pad_id: int):
     """The hot path: flat arrays of the whole batch → (ids, mask, sampler_logp, head_ids, head_logp).
 
     Per generated position vLLM gives y_t first, then the top-k (so y_t may appear twice). With R
     positions in the batch and L = max entries per position, everything below is (R, L) array work:
     one Python step per *sequence* (list → array), none per log-prob entry.
+    Raises RolloutError, naming sequence and position, for: a NaN log-prob; no entry for y_t; an id
+    given twice with two log-probs (beyond SAME_LOGP_TOL); fewer than k valid distinct ids (k ≤ V is
+    the sampler's to check), with the engine's likely fault (a max_logprobs cap, -inf/-9999
+    padding, an empty list, repeated ids).
     """
     ids, cmask, logq, head_ids, head_logp = _empty_dense(B, T, k, pad_id)
     _check_lengths(seqs, T)
@@ -1702,14 +1793,32 @@ def _dense_from_flat(seqs: list, B: int, T: int, k: int, pad_id: int):
         r = int((~hit.any(1)).nonzero()[0])
         raise RolloutError(f"rollout: the engine returned no log-prob for the sampled token at "
                            f"sequence {b_of[r]}, completion position {t_of[r]}")
-    lq = torch.where(hit, dense_lp, float("-inf")).amax(1)  # (R,)
+    # (the first entry with its id: the one the head keeps below, so the two are one number)
+    lq = dense_lp.gather(1, hit.int().argmax(1, keepdim=True)).squeeze(1)  # (R,)
     # head: one entry per id (y_t's repeat dropped), then the k best, ties by ascending id
     by_id = dense_id.sort(dim=1, stable=True)
     sid, slp = by_id.values, dense_lp.gather(1, by_id.indices)  # (R, L) sorted by id
+    # an id given twice carries one log-prob (both valid and equal within float32, or both empty)
+    prev, nxt = slp[:, :-1], slp[:, 1:]  # (R, L − 1) neighbours in id order
+    agree = ((prev <= EMPTY_LOGP) & (nxt <= EMPTY_LOGP)) | ((prev > EMPTY_LOGP) & (nxt > EMPTY_LOGP) & (
+        (nxt - prev).abs() <= SAME_LOGP_TOL * torch.maximum(prev.abs(), nxt.abs()).clamp(min=1.0)))
+    clash = (sid[:, 1:] == sid[:, :-1]) & (sid[:, 1:] >= 0) & ~agree  # (R, L − 1)
+    if clash.any():
+        r, j = clash.nonzero()[0].tolist()
+        raise RolloutError(f"rollout: the engine gave id {int(sid[r, j])} two log-probs, "
+                           f"{prev[r, j].item():.7g} and {nxt[r, j].item():.7g}, at sequence "
+                           f"{b_of[r]}, completion position {t_of[r]} (a corrupted row)")
     dup = torch.zeros_like(sid, dtype=torch.bool)
     dup[:, 1:] = (sid[:, 1:] == sid[:, :-1]) | (sid[:, 1:] < 0)
     dup[:, 0] = sid[:, 0] < 0
     slp = slp.masked_fill(dup, float("-inf"))
+    # the head holds k valid distinct ids, as asked: never a shorter head that passes for a full one
+    short = (slp > EMPTY_LOGP).sum(1) < k  # (R,)
+    if short.any():
+        r = int(short.nonzero()[0])
+        n_r = int(width[r])
+        raise _short_head_error(int(b_of[r]), int(t_of[r]), k, list(zip(
+            dense_id[r, :n_r].tolist(), dense_lp[r, :n_r].tolist())))
     top = slp.sort(dim=1, descending=True, stable=True)
     hlp = top.values[:, :k]  # (R, k')
     hid = sid.gather(1, top.indices[:, :k]).masked_fill(hlp == float("-inf"), 0)  # empty slot id 0
@@ -1724,7 +1833,8 @@ def _dense_from_dicts(seqs: list, B: int, T: int, k: int, pad_id: int):
     """The reference path: vLLM's per-position {id: Logprob} dicts, read one entry at a time.
 
     Same result as `_dense_from_flat` to the last bit (tests check it): the head is the k best
-    distinct ids sorted by (−log q, id), and log q(y_t) is the dict's entry for y_t.
+    distinct ids sorted by (−log q, id), and log q(y_t) is the dict's entry for y_t. Raises the same
+    RolloutErrors (a dict holds each id once, so there is no repeated id to compare).
     """
     ids, cmask, logq, head_ids, head_logp = _empty_dense(B, T, k, pad_id)
     _check_lengths(seqs, T)
@@ -1737,6 +1847,8 @@ def _dense_from_dicts(seqs: list, B: int, T: int, k: int, pad_id: int):
             if y not in row:
                 raise RolloutError(f"rollout: the engine returned no log-prob for the sampled token "
                                    f"at sequence {b}, completion position {t}")
+            if sum(v > EMPTY_LOGP for v, _ in entries) < k:
+                raise _short_head_error(b, t, k, [(i, v) for v, i in entries])
             ids[b, t], cmask[b, t], logq[b, t] = y, True, row[y].logprob
             best = sorted(entries, key=lambda e: (-e[0], e[1]))[:k]
             for j, (v, tid) in enumerate(best):

@@ -380,7 +380,7 @@ def _leaf_inputs(case: Case):
 
 @SLOW_SETTINGS
 @given(seed=st.integers(0, 2**31 - 1), V=st.integers(2, 30), kfrac=st.floats(0, 1),
-       empty=st.sampled_from([float("-inf"), -9999.0, -9000.5, float("nan")]),
+       empty=st.sampled_from([float("-inf"), -9999.0, -9000.5]),  # NaN is a broken row: it raises
        trainer_val=st.sampled_from([-3.0, -50.0, float("-inf")]), where=st.integers(0, 100))
 def test_empty_head_slots_contribute_nothing(seed, V, kfrac, empty, trainer_val, where):
     k = max(1, min(V, round(kfrac * V)))
@@ -434,7 +434,8 @@ def test_empty_head_slots_contribute_nothing(seed, V, kfrac, empty, trainer_val,
 
 
 @pytest.mark.parametrize("weighting", WEIGHTINGS)
-@pytest.mark.parametrize("sampler_y,trainer_y", [(-9999.0, -2.0), (-2.0, -9999.0), (float("-inf"), -2.0),
+# (a sampled token with log q = −inf is a broken row: the loss refuses it, tests/test_contract.py)
+@pytest.mark.parametrize("sampler_y,trainer_y", [(-9999.0, -2.0), (-2.0, -9999.0),
                                                  (-8000.0, -1e-3), (-1e-3, -8000.0)])
 def test_huge_log_ratio_is_finite(weighting, sampler_y, trainer_y):
     logp = torch.tensor([[trainer_y, -1.0]], dtype=torch.float32, requires_grad=True)

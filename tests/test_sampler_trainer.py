@@ -203,10 +203,12 @@ def test_validate_rollout_names_sequence_and_position():
     ro = _fake_rollout()
     ro.head_logp[0, 1, 2:] = float("-inf")  # empty slots may repeat any id
     ro.head_ids[0, 1, 2:] = 0
-    validate_rollout(ro, 10)
+    with pytest.raises(RolloutError, match="k=4 asked, 2 valid.* sequence 0, completion position 1"):
+        validate_rollout(ro, 10)  # ... but a head shorter than asked is refused,
+    validate_rollout(ro, 10, exact_support=True)  # unless the sampler drew from a filtered support
     ro.sampler_logp[0, 2] = -9999.0
     with pytest.raises(RolloutError, match="missing .* sampled token at sequence 0, completion position 2"):
-        validate_rollout(ro, 10)
+        validate_rollout(ro, 10, exact_support=True)
     ro = _fake_rollout()
     ro.head_logp[0, 0] = -0.1  # four entries of mass 0.9 each
     with pytest.raises(RolloutError, match="head mass above 1 at sequence 0"):
@@ -258,7 +260,7 @@ def test_training_run_logs_metrics_and_changes_parameters(tmp_path, weight_level
     recs = tr.train()
     assert [r["step"] for r in recs] == [0, 1, 2]
     for key in ("reward", "completion_len", "kl_sampled", "ratio_mean", "ratio_max", "head_mass_q",
-                "grad_norm", "rho_mean"):
+                "grad_norm", "rho_mean", "rho_at_bound"):
         assert all(isinstance(r[key], float) and r[key] == r[key] for r in recs), key
     assert recs[0]["fp8_backend"] in ("scaled_mm", "emulated")
     moved = sum(not torch.equal(before[k], v) for k, v in tr.policy.state_dict().items())

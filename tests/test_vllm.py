@@ -315,7 +315,7 @@ def test_start_up_errors(engine, raw_engine):
     with pytest.raises(ScrlError, match="top_p=0.9"):
         VLLMSampler(path, top_p=0.9)
     with pytest.raises(ScrlError, match="sampling filters"):
-        VLLMSampler(path, filter_k=50)
+        VLLMSampler(path, filter_top_k=50)
     with pytest.raises(ScrlError, match="sampling filters"):
         VLLMSampler(path, min_p=0.05)
     with pytest.raises(ScrlError, match="unknown vLLM precision"):
