@@ -158,7 +158,7 @@ def test_class3_nan_given_to_the_loss_directly(weighting, where, val, what):
 
 # ─── 4. bf16 and float16 trainers keep the tail ─────────────────────────────────────────────────
 def f_ref(r: float, weighting: str) -> float:
-    """f(r) of method.md's table (C = 2, band [0.5, 5])."""
+    """f(r) of docs/method.md's table (C = 2, band [0.5, 5])."""
     band = 0.5 <= r <= 5.0
     return {"none": 1.0, "is": r, "tis": min(r, 2.0), "mis": r * band, "icepop": float(band)}[weighting]
 
@@ -187,7 +187,7 @@ def _trainer_head(masses: list, tail: float) -> list:
 def test_class4_bf16_trainer_keeps_the_tail(dtype, weighting):
     """V = 50, k = 8; three positions whose sampler tails are 0.1 %, 1 % and 10 % (the trainer's
     2.5×: ρ ≈ 0.4, so that the TIS cap also bites: α = min(1, 2ρ) < 1). Sampler log-probs float32 (as an engine returns them), trainer log-probs bf16 or
-    float16 leaves. Reference: method.md's equations in float64 on the very values passed in.
+    float16 leaves. Reference: docs/method.md's equations in float64 on the very values passed in.
     The old default tolerance (8 × eps of the trainer's dtype: 0.0625 bf16, 0.0078 float16) set
     ρ = 0 at the 0.1 % (and, bf16, 1 %) tails, dropping ρ p_v ≈ 0.4 p_v from every c_v."""
     k, V = 8, 50
@@ -207,7 +207,7 @@ def test_class4_bf16_trainer_keeps_the_tail(dtype, weighting):
         lp_y.append(float(lp_h[t, j]) if j is not None else _on_bf16_grid(lg(2.5 * tails_q[t] / (V - k))))
     sampler_logp = torch.tensor([lq_y]).float()  # (1, T)
     A = -0.7
-    # float64 reference from method.md: ρ = (1 − Σ_H q)_+ / max(1 − Σ_H p, ε), α = ρ f(1/ρ),
+    # float64 reference from docs/method.md: ρ = (1 − Σ_H q)_+ / max(1 − Σ_H p, ε), α = ρ f(1/ρ),
     # c_v = q_v f(p_v/q_v) − α p_v;  ∂L/∂log p(y) = −A f(r_y),  ∂L/∂log p(v) = A c_v
     q, p = lq_h.double().exp(), lp_h.exp()  # (T, k) the values passed in, exactly
     tq, tp = 1 - q.sum(-1), 1 - p.sum(-1)
