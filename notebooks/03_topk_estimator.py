@@ -28,10 +28,10 @@
 # Every hand-derived quantity is checked against autograd or `scrl_min` with a small `cmp` helper
 # (exact / close / max difference), which asserts.
 #
-# **Run time:** 2 to 3 minutes on 2 CPU cores, no GPU (measured: 1 min 51 s to 3 min 1 s over four
-# runs with `OMP_NUM_THREADS=1`, other jobs sharing the machine; about 1 min 45 s of CPU time). Writes
-# `figures/03_topk_estimator.png` and the numbers behind it, `figures/03_topk_estimator.json`. Run it
-# headless with `python scripts/run_notebooks.py notebooks/03_topk_estimator.ipynb`.
+# **Run time:** about 1 min 15 s on 2 CPU cores, no GPU, `OMP_NUM_THREADS=2` as in the Makefile
+# (measured 68-78 s through `scripts/run_notebooks.py`). With the default parameters it writes `runs/figures/03_topk_estimator.png` and the numbers behind it
+# (`.json`); `make reproduce` writes them to `figures/` and produced the outputs shown here.
+# Run it headless with `python scripts/run_notebooks.py notebooks/03_topk_estimator.ipynb`.
 
 # %% [markdown]
 # ## Parameters

@@ -27,13 +27,14 @@
 # masses $\sum_H q$ and $\sum_H p$; per sequence: the importance ratio $\prod_t p/q$ and how often it
 # leaves the MIS band; and how long each sampler took to generate.
 #
-# **Run time:** about 1 min 20 s on 2 CPU cores, no GPU, `OMP_NUM_THREADS=1` (measured: 74 to 81 s
-# over four runs through `scripts/run_notebooks.py`, 68 s of it after the imports, of which about 9 s
-# start the vLLM engine and verify its weights). The machine is an AMD EPYC with AVX2 only: vLLM's FP8
+# **Run time:** about 1 min on 2 CPU cores, no GPU, `OMP_NUM_THREADS=2` as in the Makefile (measured
+# 50-61 s through `scripts/run_notebooks.py`, of which about 7 s start the vLLM engine and verify its
+# weights; the engine's own start-up messages are kept in `VLLMSampler.engine_log`, not printed). The machine is an AMD EPYC with AVX2 only: vLLM's FP8
 # KV cache (AVX-512 or AMX) and FP8 weights (GPU) are not available there, and the notebook says so in
-# its numbers and figure instead of skipping them silently. Writes `figures/04_sampler_mismatch.png`
-# and the numbers behind it, `figures/04_sampler_mismatch.json`. Run it headless with
-# `python scripts/run_notebooks.py notebooks/04_sampler_mismatch.ipynb`.
+# its numbers and figure instead of skipping them silently. 
+# With the default parameters it writes `runs/figures/04_sampler_mismatch.png` and the numbers behind it
+# (`.json`); `make reproduce` writes them to `figures/` and produced the outputs shown here.
+# Run it headless with `python scripts/run_notebooks.py notebooks/04_sampler_mismatch.ipynb`.
 
 # %% [markdown]
 # ## Parameters
