@@ -15,35 +15,20 @@ docs/method.md, independently of scrl_min.
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 from scrl_min import Rollout, RolloutError, ScrlError, score_centered_pg_loss, validate_rollout
 from scrl_min.core import _dense_from_dicts, _dense_from_flat
+from vllm_fakes import fake_completion
 
 F64 = torch.float64
 lg = math.log
 
 
 # ─── fake vLLM outputs: the fields the row builders read (as in tests/test_vllm.py) ─────────────
-class _Flat(SimpleNamespace):
-    def __len__(self):
-        return len(self.start_indices)
-
-
-def _seq(tokens, rows):
-    """One completion as vLLM returns it, flat and as dicts, from rows [[(id, log q), ...], ...]."""
-    flat = _Flat(start_indices=[], end_indices=[], token_ids=[], logprobs=[])
-    for row in rows:
-        flat.start_indices.append(len(flat.token_ids))
-        flat.token_ids += [i for i, _ in row]
-        flat.logprobs += [v for _, v in row]
-        flat.end_indices.append(len(flat.token_ids))
-    dicts = [{i: SimpleNamespace(logprob=v) for i, v in row} for row in rows]
-    return (SimpleNamespace(token_ids=tokens, logprobs=flat),
-            SimpleNamespace(token_ids=tokens, logprobs=dicts))
+_seq = fake_completion  # one completion as vLLM returns it (tests/vllm_fakes.py)
 
 
 GOOD = [(3, lg(.5)), (3, lg(.5)), (1, lg(.2)), (4, lg(.1)), (6, lg(.05))]  # y = 3 first, then top-4

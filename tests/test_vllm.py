@@ -9,7 +9,6 @@ in the comments), and the shifted-by-one comparison must miss them by far more t
 import importlib.util
 import json
 import os
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,6 +18,7 @@ import scrl_min
 from scrl_min import RolloutError, ScrlError, load_policy, trainer_logprobs, validate_rollout
 from scrl_min.core import (DEFAULT_MODEL_PATH, PROBE_TOL, VLLMSampler, _dense_from_dicts,
                            _dense_from_flat, cpu_supports_fp8_kv, vllm_precision_for)
+from vllm_fakes import fake_completion
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
@@ -31,24 +31,7 @@ TOL_MAX, TOL_MEAN = 0.5, 0.03
 
 
 # ─── tensor building without an engine: ids, duplicates, lookups by id ──────────────────────────
-class _Flat(SimpleNamespace):
-    """The fields of vLLM's FlatLogprobs that the sampler reads."""
-
-    def __len__(self):
-        return len(self.start_indices)
-
-
-def _seq(tokens, rows):
-    """One completion as vLLM returns it, flat and as dicts, from rows [[(id, log q), ...], ...]."""
-    flat = _Flat(start_indices=[], end_indices=[], token_ids=[], logprobs=[])
-    for row in rows:
-        flat.start_indices.append(len(flat.token_ids))
-        flat.token_ids += [i for i, _ in row]
-        flat.logprobs += [v for _, v in row]
-        flat.end_indices.append(len(flat.token_ids))
-    dicts = [{i: SimpleNamespace(logprob=v) for i, v in row} for row in rows]
-    return (SimpleNamespace(token_ids=tokens, logprobs=flat),
-            SimpleNamespace(token_ids=tokens, logprobs=dicts))
+_seq = fake_completion  # one completion as vLLM returns it (tests/vllm_fakes.py)
 
 
 def test_dense_tensors_dedupe_the_sampled_token_and_look_it_up_by_id():
