@@ -83,6 +83,8 @@ def clean_executed(src: Path, dst: Path, params: dict) -> None:
         if not c.metadata.get("tags", True):  # papermill adds an empty tag list to every cell
             del c.metadata["tags"]
     nb.metadata.pop("papermill", None)
+    nb.metadata.pop("widgets", None)  # state of a widget no cell output shows
+    nb.metadata.kernelspec["display_name"] = "Python 3 (ipykernel)"  # as JupyterLab names python3
     nb.metadata["scrl_min_run"] = {"parameters": json.loads(json.dumps(params)),
                                    "command": "make reproduce"}
     nbformat.write(nb, dst)

@@ -1042,7 +1042,8 @@ def main(argv=None) -> None:
     doc = _field_help()
     for f in dataclasses.fields(TrainConfig):
         kw = dict(default=argparse.SUPPRESS, choices=CHOICES.get(f.name),
-                  help=f"{doc.get(f.name, '')} (default: {f.default})")
+                  help=f"{doc.get(f.name, '')} (default: {f.default}"
+                       + (", or the --arm preset's)" if any(f.name in p for p in ARMS.values()) else ")"))
         if f.type in ("bool", bool):
             kw["type"] = _parse_bool
         elif f.name == "mis_band":
@@ -1060,7 +1061,8 @@ def main(argv=None) -> None:
     except ScrlError as e:
         sys.exit(f"python -m scrl_min: error: {e}")
     last = recs[-min(20, len(recs)):]
-    print(f"{arm or 'run'}: {len(recs)} steps, reward over the last {len(last)} steps "
+    name = f"{cfg.sampler_precision} sampler, weighting {cfg.weighting}, centering {cfg.centering}"
+    print(f"{arm + ' (' + name + ')' if arm else name}: {len(recs)} steps, reward over the last {len(last)} steps "
           f"{sum(r['reward'] for r in last) / max(1, len(last)):.3f}  ({cfg.out_dir}/metrics.jsonl)")
 
 
