@@ -7,6 +7,8 @@
    bf16 autocast; the two
    paths differ only in TRL's fused chunked LM head vs a plain logits forward).
 """
+import re
+
 import pytest
 import torch
 
@@ -53,6 +55,16 @@ def test_trl_trainer_two_steps_on_cpu(tmp_path):
     assert any(h["score_centering/loss"] != 0 for h in logs)  # the centering term is in the loss
     # TRL's own IS code ran on the TorchSampler's log-probs (default: sequence_mask)
     assert "sampling/importance_sampling_ratio/mean" in logs[0]
+
+
+@pytest.mark.parametrize("cfg, says", [
+    (dict(loss_type="sapo"), "loss_type='sapo'"),
+    (dict(num_iterations=2), "num_iterations > 1"),
+    (dict(vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_min=0.5), "clip_min=0.5"),
+])
+def test_trl_trainer_refuses_what_centering_does_not_compose_with(tmp_path, cfg, says):
+    with pytest.raises(scrl_min.ScrlError, match=re.escape(says)):
+        make_trainer(tmp_path, **cfg)
 
 
 def char_variety(completions, **kwargs):
@@ -112,8 +124,15 @@ def test_trl_gradient_equals_score_centered_loss(tmp_path, case, loss_type):
     assert inputs["advantages"].abs().sum() > 0
     g_trl = grad_of(tr.model, tr.compute_loss(tr.model, inputs))
     g_ref = grad_of(tr.model, reference_loss(tr.model, inputs, sc_kw, seq, cfg, loss_type))
-    g_plain = grad_of(tr.model, reference_loss(tr.model, inputs, sc_kw, seq, cfg, loss_type, centering=False))
     scale = g_ref.norm()
     assert scale > 0
     assert (g_trl - g_ref).norm() <= 1e-5 * scale
-    assert (g_ref - g_plain).norm() > 1e-3 * scale  # the centering term is there, far above the tolerance
+    # the check can fail: dropping the centering term, or (token-level IS) leaving its coefficients unweighted
+    # (c_v = q_v − ρ p_v next to a weighted policy term) moves the gradient by far more than the tolerance
+    ref = lambda kw, s, centering=True: reference_loss(tr.model, inputs, kw, s, cfg, loss_type, centering)
+    wrong = [ref(sc_kw, seq, centering=False)]
+    if sc_kw["weighting"] != "none":
+        none = dict(weighting="none")
+        wrong.append(ref(sc_kw, seq, False) + ref(none, None) - ref(none, None, False))
+    for loss in wrong:
+        assert (g_ref - grad_of(tr.model, loss)).norm() > 1e-3 * scale
