@@ -3,8 +3,8 @@
 1. Two real `trainer.train()` steps: the centering term is non-zero, parameters move, TRL logs the new metrics.
 2. On a fixed batch, for every IS setting the config maps onto a weighting and every supported loss_type, the
    gradient of the TRL path equals that of `score_centered_pg_loss` + the reduction written out here
-   (independent of the trainer's own helper). Tolerance: ‖g_trl − g_ref‖ ≤ 1e-5 ‖g_ref‖ (float32: `bf16=False`, TRL's default is
-   bf16 autocast; the two
+   (independent of the trainer's own helper). Tolerance: ‖g_trl − g_ref‖ ≤ 1e-5 ‖g_ref‖ (float32:
+   `bf16=False`, TRL's default is bf16 autocast; the two
    paths differ only in TRL's fused chunked LM head vs a plain logits forward).
 """
 import re
