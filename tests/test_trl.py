@@ -1,0 +1,138 @@
+"""Score centering inside TRL's GRPOTrainer (scrl_min/trl.py), on CPU with the embedded model.
+
+1. Two real `trainer.train()` steps: the centering term is non-zero, parameters move, TRL logs the new metrics.
+2. On a fixed batch, for every IS setting the config maps onto a weighting and every supported loss_type, the
+   gradient of the TRL path equals that of `score_centered_pg_loss` + the reduction written out here
+   (independent of the trainer's own helper). Tolerance: ‖g_trl − g_ref‖ ≤ 1e-5 ‖g_ref‖ (float32:
+   `bf16=False`, TRL's default is bf16 autocast; the two
+   paths differ only in TRL's fused chunked LM head vs a plain logits forward).
+"""
+import re
+
+import pytest
+import torch
+
+pytest.importorskip("trl")
+
+import scrl_min  # noqa: E402
+from scrl_min import gather_logprobs, score_centered_pg_loss  # noqa: E402
+from scrl_min.core import DEFAULT_MODEL_PATH  # noqa: E402
+from scrl_min.trl import (ScoreCenteringConfig, ScoreCenteringGRPOTrainer,  # noqa: E402
+                          distinct_names_reward_func)
+
+
+def make_trainer(tmp_path, reward=distinct_names_reward_func, **cfg):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    tok = AutoTokenizer.from_pretrained(str(DEFAULT_MODEL_PATH))
+    model = AutoModelForCausalLM.from_pretrained(str(DEFAULT_MODEL_PATH), dtype=torch.float32)
+    ds = scrl_min.make_task_dataset(8, seed=0).map(
+        lambda r: {"prompt": [{"role": "user", "content": r["prompt"]}]})
+    args = ScoreCenteringConfig(**{**dict(
+        output_dir=str(tmp_path), report_to="none", use_cpu=True, per_device_train_batch_size=8,
+        num_generations=2, max_completion_length=16, learning_rate=1e-2, logging_steps=1,
+        save_strategy="no", disable_tqdm=True, seed=0,
+        bf16=False), **cfg})
+    return ScoreCenteringGRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds,
+                                     processing_class=tok)
+
+
+def test_trl_trainer_two_steps_on_cpu(tmp_path):
+    tr = make_trainer(tmp_path, max_steps=2)
+    before = [p.detach().clone() for p in tr.model.parameters()]
+    tr.train()
+    moved = max((a - p.detach()).abs().max().item() for a, p in zip(before, tr.model.parameters()))
+    assert moved > 0
+    logs = [h for h in tr.state.log_history if "score_centering/loss" in h]
+    assert len(logs) == 2
+    for h in logs:
+        for key in ("score_centering/head_mass_q", "score_centering/head_mass_p", "score_centering/rho_mean",
+                    "score_centering/rho_at_bound", "sampling/mismatch_kl"):
+            assert key in h and h[key] == h[key]  # present, not NaN
+        assert 0 < h["score_centering/head_mass_q"] <= 1 and h["sampling/mismatch_kl"] > 0  # σ = 0.1 mismatch
+        assert 0 <= h["score_centering/rho_at_bound"] <= 1
+    assert any(h["score_centering/loss"] != 0 for h in logs)  # the centering term is in the loss
+    # TRL's own IS code ran on the TorchSampler's log-probs (default: sequence_mask)
+    assert "sampling/importance_sampling_ratio/mean" in logs[0]
+
+
+@pytest.mark.parametrize("cfg, says", [
+    (dict(loss_type="sapo"), "loss_type='sapo'"),
+    (dict(num_iterations=2), "num_iterations > 1"),
+    (dict(vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_min=0.5), "clip_min=0.5"),
+])
+def test_trl_trainer_refuses_what_centering_does_not_compose_with(tmp_path, cfg, says):
+    with pytest.raises(scrl_min.ScrlError, match=re.escape(says)):
+        make_trainer(tmp_path, **cfg)
+
+
+def char_variety(completions, **kwargs):
+    """A reward that varies within every group, so no advantage is zero by accident."""
+    return [len(set(c[-1]["content"])) / 20 for c in completions]
+
+
+# TRL IS option → (config fields, score_centered_pg_loss keywords, TRL's sequence ratio bound or None)
+IS_CASES = {
+    "no_is": (dict(vllm_importance_sampling_correction=False), dict(weighting="none"), None),
+    "token_truncate": (dict(vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=1.05),
+                       dict(weighting="tis", tis_cap=1.05), None),
+    "token_mask": (dict(vllm_importance_sampling_mode="token_mask", vllm_importance_sampling_clip_min=0.9,
+                        vllm_importance_sampling_clip_max=1.1), dict(weighting="mis", mis_band=(0.9, 1.1)), None),
+    "sequence_truncate": (dict(vllm_importance_sampling_mode="sequence_truncate",
+                               vllm_importance_sampling_clip_max=1.2), dict(weighting="none"), "truncate"),
+    "sequence_mask": (dict(vllm_importance_sampling_mode="sequence_mask", vllm_importance_sampling_clip_min=0.5,
+                           vllm_importance_sampling_clip_max=2.0), dict(weighting="none"), "mask"),
+}
+
+
+def reference_loss(model, inputs, sc_kw, seq, cfg, loss_type, centering=True):
+    """score_centered_pg_loss on a plain logits forward, TRL's sequence ratio, and TRL's reduction, written out."""
+    P, T = inputs["prompt_ids"].shape[1], inputs["completion_ids"].shape[1]
+    mask = inputs["completion_mask"].bool()
+    logits = model(input_ids=torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
+                   attention_mask=torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)).logits
+    ids = torch.cat([inputs["completion_ids"][..., None], inputs["sampler_head_ids"]], -1)
+    lp = gather_logprobs(logits[:, P - 1:P - 1 + T], ids, temperature=1.0)
+    q_y = inputs["sampling_per_token_logps"]
+    per_token, _ = score_centered_pg_loss(lp[..., 0], lp[..., 1:], q_y, inputs["sampler_head_logp"],
+                                          inputs["advantages"], mask, centering=centering, **sc_kw)
+    if seq:  # TRL's sequence ratio: the product of the token ratios, truncated or masked
+        R = ((lp[..., 0].detach() - q_y) * mask).sum(-1, keepdim=True).exp()
+        lo, hi = cfg.get("vllm_importance_sampling_clip_min") or 0.0, cfg["vllm_importance_sampling_clip_max"]
+        per_token = per_token * (R.clamp(max=hi) if seq == "truncate" else R * ((R >= lo) & (R <= hi)))
+    B, n = per_token.shape[0], mask.sum()
+    return {"grpo": (per_token.sum(-1) / mask.sum(-1).clamp(min=1)).mean(), "bnpo": per_token.sum() / n,
+            "dr_grpo": per_token.sum() / (B * 16), "dapo": per_token.sum() / inputs["num_items_in_batch"]}[loss_type]
+
+
+def grad_of(model, loss):
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
+@pytest.mark.parametrize("case", list(IS_CASES))
+def test_trl_gradient_equals_score_centered_loss(tmp_path, case, loss_type):
+    cfg, sc_kw, seq = IS_CASES[case]
+    tr = make_trainer(tmp_path, reward=char_variety, loss_type=loss_type, **cfg)
+    tr.model.train()
+    tr.current_gradient_accumulation_steps = 1  # set by HF's training loop per accumulation window
+    rows = [tr.train_dataset[i] for i in range(4) for _ in range(2)]  # 4 prompts × a group of 2
+    inputs = tr._generate_and_score_completions(rows)
+    assert inputs["advantages"].abs().sum() > 0
+    g_trl = grad_of(tr.model, tr.compute_loss(tr.model, inputs))
+    g_ref = grad_of(tr.model, reference_loss(tr.model, inputs, sc_kw, seq, cfg, loss_type))
+    scale = g_ref.norm()
+    assert scale > 0
+    assert (g_trl - g_ref).norm() <= 1e-5 * scale
+    # the check can fail: dropping the centering term, or (token-level IS) leaving its coefficients unweighted
+    # (c_v = q_v − ρ p_v next to a weighted policy term) moves the gradient by far more than the tolerance
+    ref = lambda kw, s, centering=True: reference_loss(tr.model, inputs, kw, s, cfg, loss_type, centering)
+    wrong = [ref(sc_kw, seq, centering=False)]
+    if sc_kw["weighting"] != "none":
+        none = dict(weighting="none")
+        wrong.append(ref(sc_kw, seq, False) + ref(none, None) - ref(none, None, False))
+    for loss in wrong:
+        assert (g_ref - grad_of(tr.model, loss)).norm() > 1e-3 * scale
