@@ -431,8 +431,7 @@ def test_engine_output_is_kept_off_the_screen(engine, policy, capfd):
     """Start-up and weight-load chatter (vLLM's warnings, its loading bar, C-level prints) goes to
     `engine_log`, not to the notebook cell; a push prints nothing, and printing works afterwards."""
     model, _ = policy
-    assert "Loading safetensors checkpoint shards" in engine.engine_log
-    assert "RotaryEmbedding" in engine.engine_log or "WARNING" in engine.engine_log
+    assert "Loading safetensors checkpoint shards" in engine.engine_log  # vLLM's loading bar
     capfd.readouterr()
     before = len(engine.engine_log)
     engine.push_weights(model.state_dict())
