@@ -852,8 +852,7 @@ class Trainer:
             # a field newer than the saved run counts as its default value
             default = json.loads(json.dumps(dataclasses.asdict(TrainConfig())))
             diff = {k: (saved.get(k, default[k]), v) for k, v in mine.items()
-                    if k not in ("steps", "progress", "out_dir", "checkpoint_every")
-                    and saved.get(k, default[k]) != v}
+                    if k not in RUN_BOOKKEEPING and saved.get(k, default[k]) != v}
             if diff:
                 raise ScrlError(f"{self.out} holds a run with a different config {diff}; "
                                 f"use another out_dir or delete it")
@@ -931,7 +930,7 @@ class Trainer:
         self._resume()
         (self.out / "sampler.json").write_text(json.dumps(self.sampler.settings, indent=1))
         bar = progress_bar(total=self.cfg.steps, initial=self.step, desc=Path(self.cfg.out_dir).name,
-                   disable=not self.cfg.progress, leave=False)
+                           disable=not self.cfg.progress, leave=False)
         try:
             with open(self.metrics_path, "a") as f:
                 while self.step < self.cfg.steps:

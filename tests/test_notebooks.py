@@ -18,15 +18,14 @@ from scrl_min.core import PROBE_TOL
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 RUNNER = [sys.executable, str(REPO / "scripts" / "run_notebooks.py")]
+sys.path.insert(0, str(REPO / "scripts"))
+import run_notebooks  # noqa: E402  (the runner's own parameter reading, used by the checks below)
 NBVAL_ARGS = ["--nbval", "--nbval-current-env", "--nbval-sanitize-with",
               str(REPO / "notebooks" / "nbval_sanitize.cfg"), "-p", "no:cacheprovider", "-q"]
 
 
 def parameters_cell(nb) -> dict:
     cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
-    sys.path.insert(0, str(REPO / "scripts"))
-    import run_notebooks
-
     return run_notebooks.parameters_from_source(cell.source)
 
 
@@ -104,9 +103,6 @@ def test_default_parameters_write_only_under_runs(path):
 
 def test_ci_parameters_name_real_parameters():
     table = yaml.safe_load((REPO / "notebooks" / "ci_parameters.yaml").read_text())
-    sys.path.insert(0, str(REPO / "scripts"))
-    import run_notebooks
-
     for stem, params in table.items():
         run_notebooks.check_parameters(REPO / "notebooks" / f"{stem}.ipynb", params)
 
