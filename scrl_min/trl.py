@@ -13,10 +13,18 @@ TRL extension points used (trl==1.16.0, trl/trainer/grpo_trainer.py):
   `_generate_single_turn`            generation backend: TorchSampler → completion ids + sampler log-probs
   `_generate_and_score_completions`  adds the sampler's top-k head (ids, log q) to the batch TRL buffers
   `_compute_loss`                    TRL's loss + the centering term; metrics into `self._metrics`
-TRL computes and applies its importance-sampling ratio only `if self.use_vllm and
-self.vllm_importance_sampling_correction` (grpo_trainer.py lines 2644, 2660, 2860, 2908, 3146), so the trainer
-sets `use_vllm = True` after TRL's __init__: it reads "a separate sampler" there, and every other `use_vllm`
-branch (vLLM generation and weight sync, tools, rollout_func) is overridden or refused here.
+Why `self.use_vllm = True` (set after TRL's __init__; `args.use_vllm` stays False). TRL 1.16.0 computes and
+applies its importance-sampling ratio only `if self.use_vllm and self.vllm_importance_sampling_correction`, i.e.
+only for "a sampler that is not the trainer"; TorchSampler is one. Every read of `self.use_vllm` in
+grpo_trainer.py, and what it does here (tests/test_trl.py pins this list against TRL's source):
+  811   set from args (False)             → flipped after __init__, so TRL builds no vLLM engine (line 1105)
+  936, 1105  __init__ checks              → ran with False; vespo is refused anyway
+  1767  vLLM generation + weight sync     → `_generate_single_turn` is overridden (TorchSampler, own sync)
+  2049, 2202  tool loop, rollout_func     → refused at construction
+  2644  recompute old_per_token_logps     → wanted: log p at rollout time, the numerator of TRL's ratio
+  2660, 2908, 3146  the IS ratio: computed, stored in the batch, multiplied into the loss → wanted
+  2860  sampling/* mismatch metrics       → wanted
+TRL's vLLM code is never reached: `self.vllm_generation` does not exist on this trainer.
 
 This module imports TRL at the top; `import scrl_min` does not import it.
 """
@@ -94,7 +102,8 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
                                     k=min(a.score_centering_top_k, model.config.vocab_size),
                                     temperature=self.temperature, noise_std=a.sampler_noise_std, seed=a.seed,
                                     fp8_backend=a.sampler_fp8_backend)
-        self._sampler_generator = torch.Generator().manual_seed(a.seed)
+        # one sampling stream per process (the sampler's weight noise is seeded alike on every process)
+        self._sampler_generator = torch.Generator().manual_seed(a.seed + self.accelerator.process_index)
         self._pushed_step = None  # global step whose weights the sampler holds
         self.use_vllm = True  # TRL's switch for its IS code: "the sampler is a separate engine" (see module doc)
 
@@ -151,11 +160,15 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
             lp = lm_head_logprobs(hidden[0][:, P - 1:P - 1 + T], unwrapped.get_output_embeddings().weight, ids,
                                   self.temperature)
         kw, sequence_level = self._is_setting()
-        loss_in = (lp[..., 0], lp[..., 1:], inputs["sampling_per_token_logps"], inputs["sampler_head_logp"],
-                   inputs["advantages"], mask)
-        centered, diag = score_centered_pg_loss(*loss_in, centering=True, **kw)
-        plain, _ = score_centered_pg_loss(*loss_in, centering=False, **kw)
-        per_token = centered - plain  # −sg(A_t) · [ −Σ_H sg(c_v) log p(v) ]: the centering term alone, (B, T)
+        # log p(y_t) goes in detached: TRL's loss already carries −A_t · w_t · ∇log p(y_t), so this call
+        # contributes the centering gradient alone, sg(A_t) · Σ_H sg(c_v) ∇log p(v) (weights use sg(log p) anyway)
+        lp_y = lp[..., 0].detach()  # (B, T)
+        loss_sc, diag = score_centered_pg_loss(lp_y, lp[..., 1:], inputs["sampling_per_token_logps"],
+                                               inputs["sampler_head_logp"], inputs["advantages"], mask, **kw)
+        # its value still holds the constant −A_t · w_t · log p(y_t): remove it, leaving the centering term's
+        # value −sg(A_t) · [ −Σ_H sg(c_v) log p(v) ], (B, T)
+        A = inputs["advantages"].float().reshape(len(mask), -1)  # (B, 1) or (B, T)
+        per_token = loss_sc + torch.where(mask, A * diag["weight"] * lp_y, 0.0)
         if sequence_level:  # TRL's sequence ratio (B, 1) multiplies its whole per-token loss: centering too
             per_token = per_token * inputs["importance_sampling_ratio"]
         term = self._reduce_like_trl(per_token, mask, inputs)

@@ -103,7 +103,8 @@ def reference_loss(model, inputs, sc_kw, seq, cfg, loss_type, centering=True):
         per_token = per_token * (R.clamp(max=hi) if seq == "truncate" else R * ((R >= lo) & (R <= hi)))
     B, n = per_token.shape[0], mask.sum()
     return {"grpo": (per_token.sum(-1) / mask.sum(-1).clamp(min=1)).mean(), "bnpo": per_token.sum() / n,
-            "dr_grpo": per_token.sum() / (B * 16), "dapo": per_token.sum() / inputs["num_items_in_batch"]}[loss_type]
+            "dr_grpo": per_token.sum() / (B * 16), "dapo": per_token.sum() / inputs["num_items_in_batch"],
+            "luspo": per_token.sum() / B}[loss_type]
 
 
 def grad_of(model, loss):
@@ -112,8 +113,8 @@ def grad_of(model, loss):
     return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
 
 
-@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
-@pytest.mark.parametrize("case", list(IS_CASES))
+@pytest.mark.parametrize("case, loss_type", [(c, lt) for c in IS_CASES for lt in ("grpo", "bnpo", "dr_grpo", "dapo")]
+                         + [("no_is", "luspo"), ("token_mask", "luspo")])
 def test_trl_gradient_equals_score_centered_loss(tmp_path, case, loss_type):
     cfg, sc_kw, seq = IS_CASES[case]
     tr = make_trainer(tmp_path, reward=char_variety, loss_type=loss_type, **cfg)
@@ -136,3 +137,26 @@ def test_trl_gradient_equals_score_centered_loss(tmp_path, case, loss_type):
         wrong.append(ref(sc_kw, seq, False) + ref(none, None) - ref(none, None, False))
     for loss in wrong:
         assert (g_ref - grad_of(tr.model, loss)).norm() > 1e-3 * scale
+
+
+def test_every_use_vllm_branch_of_trl_is_accounted_for():
+    """The trainer sets `use_vllm = True` so that TRL's importance-sampling code runs (scrl_min/trl.py docstring).
+    That is sound only for the branches reviewed there: a TRL version that reads `self.use_vllm` anywhere else
+    (a new branch, or a changed condition) fails here and needs a new review."""
+    import inspect
+
+    from trl import GRPOTrainer
+    reviewed = {
+        "self.use_vllm = args.use_vllm",
+        'if self.loss_type == "vespo" and self.use_vllm and self.vllm_importance_sampling_correction:',
+        "if self.use_vllm:",  # __init__ (engine built) and _generate_single_turn (overridden): twice
+        'if self.use_vllm and self.vllm_mode == "colocate":',  # tool loop: refused
+        "if self.use_vllm and self.state.global_step != self._last_loaded_step:",  # rollout_func: refused
+        "self.use_vllm and self.vllm_importance_sampling_correction",  # recompute old log-probs
+        "if self.use_vllm and self.vllm_importance_sampling_correction:",  # ratio, metrics, batch key: 3 times
+        'if self.use_vllm and self.vllm_importance_sampling_correction and self.loss_type != "vespo":',
+    }
+    lines = [ln.strip() for ln in inspect.getsource(GRPOTrainer).splitlines() if "self.use_vllm" in ln]
+    assert set(lines) == reviewed, f"unreviewed: {set(lines) - reviewed}; gone: {reviewed - set(lines)}"
+    assert len(lines) == 11
+    assert "def _generate_single_turn" in inspect.getsource(ScoreCenteringGRPOTrainer)
