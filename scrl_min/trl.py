@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from .core import (ScrlError, TorchSampler, distinct_names_reward, lm_head_logprobs, reduce_loss,
-                   score_centered_pg_loss)
+from .core import (DEFAULT_MODEL_PATH, ScrlError, TorchSampler, distinct_names_reward, lm_head_logprobs,
+                   load_policy, make_task_dataset, reduce_loss, score_centered_pg_loss)
 
 # TRL's PPO-clip loss family: with one optimizer step per generation its policy-gradient term per token is
 # −A_t · w_t · ∇log p(y_t), the first part of eq. SC (cispo, sapo, vespo weight the score otherwise).
@@ -65,6 +65,23 @@ class ScoreCenteringConfig(GRPOConfig):
 def distinct_names_reward_func(completions, target: int = 12, **kwargs) -> list:
     """TRL reward function for the task (`distinct_names_reward`); completions as text or chat messages."""
     return [distinct_names_reward(c[-1]["content"] if isinstance(c, list) else c, target) for c in completions]
+
+
+def task_trainer(output_dir: str, n_prompts: int = 8, model: str = str(DEFAULT_MODEL_PATH),
+                 reward_funcs=distinct_names_reward_func, **config) -> "ScoreCenteringGRPOTrainer":
+    """ScoreCenteringGRPOTrainer on the project's task: the policy `model` in float32 (default: the embedded tiny
+    Qwen3), `n_prompts` task prompts as chat messages (`make_task_dataset`, seed 0), and `ScoreCenteringConfig(
+    output_dir=output_dir, **config)` on top of CPU-friendly defaults (no reporting, no checkpoints, float32, no
+    progress bar). The tests, the 2-process check, notebook 05 and scripts/bench_trl.py build their trainers here,
+    so they all run the same trainer. Raises ScrlError for a missing checkpoint (`load_policy`), TypeError for a
+    config field GRPOConfig does not have, and ScrlError for an option centering does not compose with."""
+    torch.manual_seed(config.get("seed", 0))
+    policy, tok = load_policy(model)
+    ds = make_task_dataset(n_prompts, seed=0).map(lambda r: {"prompt": [{"role": "user", "content": r["prompt"]}]})
+    defaults = dict(report_to="none", save_strategy="no", disable_tqdm=True, bf16=False, logging_steps=1, seed=0)
+    args = ScoreCenteringConfig(output_dir=str(output_dir), **{**defaults, **config})
+    return ScoreCenteringGRPOTrainer(model=policy, reward_funcs=reward_funcs, args=args, train_dataset=ds,
+                                     processing_class=tok)
 
 
 class ScoreCenteringGRPOTrainer(GRPOTrainer):

@@ -7,6 +7,8 @@
    `bf16=False`, TRL's default is bf16 autocast; the two
    paths differ only in TRL's fused chunked LM head vs a plain logits forward).
 """
+import json
+import os
 import re
 
 import pytest
@@ -16,26 +18,15 @@ pytest.importorskip("trl")
 
 import scrl_min  # noqa: E402
 from scrl_min import gather_logprobs, score_centered_pg_loss  # noqa: E402
-from scrl_min.core import DEFAULT_MODEL_PATH  # noqa: E402
-from scrl_min.trl import (ScoreCenteringConfig, ScoreCenteringGRPOTrainer,  # noqa: E402
-                          distinct_names_reward_func)
+from scrl_min.trl import ScoreCenteringGRPOTrainer, distinct_names_reward_func, task_trainer  # noqa: E402
+
+# the trainer of these tests: 8 prompts × groups of 2 per step, 16 tokens, float32 (bf16=False) on CPU
+TEST_CONFIG = dict(use_cpu=True, per_device_train_batch_size=8, num_generations=2, max_completion_length=16,
+                   learning_rate=1e-2)
 
 
 def make_trainer(tmp_path, reward=distinct_names_reward_func, **cfg):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.manual_seed(0)
-    tok = AutoTokenizer.from_pretrained(str(DEFAULT_MODEL_PATH))
-    model = AutoModelForCausalLM.from_pretrained(str(DEFAULT_MODEL_PATH), dtype=torch.float32)
-    ds = scrl_min.make_task_dataset(8, seed=0).map(
-        lambda r: {"prompt": [{"role": "user", "content": r["prompt"]}]})
-    args = ScoreCenteringConfig(**{**dict(
-        output_dir=str(tmp_path), report_to="none", use_cpu=True, per_device_train_batch_size=8,
-        num_generations=2, max_completion_length=16, learning_rate=1e-2, logging_steps=1,
-        save_strategy="no", disable_tqdm=True, seed=0,
-        bf16=False), **cfg})
-    return ScoreCenteringGRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds,
-                                     processing_class=tok)
+    return task_trainer(tmp_path, n_prompts=8, reward_funcs=reward, **{**TEST_CONFIG, **cfg})
 
 
 def test_trl_trainer_two_steps_on_cpu(tmp_path):
@@ -160,3 +151,68 @@ def test_every_use_vllm_branch_of_trl_is_accounted_for():
     assert set(lines) == reviewed, f"unreviewed: {set(lines) - reviewed}; gone: {reviewed - set(lines)}"
     assert len(lines) == 11
     assert "def _generate_single_turn" in inspect.getsource(ScoreCenteringGRPOTrainer)
+
+
+# --- scale-out: `accelerate launch --num_processes 2` on CPU (gloo), scripts/trl_ddp.py --------------------------
+# What TRL 1.16 normalizes by (grpo_trainer.py, _compute_loss), and so what DDP's gradient average gives:
+#   grpo     mean over the process's sequences of their token means → average over processes = mean over all
+#            sequences of the global batch (equal per-process batch sizes): global
+#   dr_grpo  Σ / (B_local · max_completion_length) → Σ_global / (B_global · L): global
+#   luspo    Σ / B_local → Σ_global / B_global: global
+#   dapo     Σ / (num_items_in_batch / num_processes), num_items_in_batch the global token count → Σ / N_global: global
+#   bnpo     Σ / N_local, the process's own token count → ½ (Σ_0 / N_0 + Σ_1 / N_1) ≠ Σ / N_global when N_0 ≠ N_1:
+#            local (TRL's choice, kept: the centering term is reduced exactly like TRL's policy term)
+DDP_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+
+
+@pytest.mark.slow
+def test_two_process_gradient_equals_single_process_gradient(tmp_path):
+    """Two DDP processes (accelerate launch, gloo) each take half of a fixed global batch; the all-reduced gradient
+    equals, for every loss_type, the gradient of score_centered_pg_loss on the whole batch in one process (written
+    out in `reference_loss`, normalized over the global batch), and for bnpo the average of the two halves'
+    gradients, each normalized by its own token count, which is what TRL does. Tolerance ‖Δg‖ ≤ 1e-5 ‖g‖. The same
+    launch trains 2 steps: both processes end with identical parameters, TRL logs the centering metrics."""
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(scrl_min.core.REPO_ROOT / "scripts"))
+    from trl_ddp import DDP_CONFIG, shard
+
+    cfg, sc_kw, seq = IS_CASES["token_mask"]
+    one = {k: v for k, v in DDP_CONFIG.items() if k != "ddp_backend"}  # one process: no process group to set up
+    tr = make_trainer(tmp_path, reward=char_variety, **{**one, "per_device_train_batch_size": 8}, **cfg)
+    tr.model.train()
+    rows = [tr.train_dataset[i] for i in range(4) for _ in range(2)]  # the global batch: 4 prompts × groups of 2
+    batch = tr._generate_and_score_completions(rows)
+    halves = [shard(batch, r, 2) for r in range(2)]
+    n0, n1 = (int(h["completion_mask"].sum()) for h in halves)
+    assert n0 != n1, "equal token counts per process would hide bnpo's local normalization"
+    torch.save(batch, tmp_path / "batch.pt")
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           str(scrl_min.core.REPO_ROOT / "scripts" / "trl_ddp.py"), "--out", str(tmp_path / "ddp"),
+           "--batch", str(tmp_path / "batch.pt"), "--loss_types", ",".join(DDP_LOSS_TYPES), "--steps", "2",
+           "--config", json.dumps(cfg)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(scrl_min.core.REPO_ROOT)})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    ddp = torch.load(tmp_path / "ddp" / "ddp_grads.pt")
+    gaps = {}
+    for loss_type in DDP_LOSS_TYPES:
+        d = ddp[loss_type]
+        assert d["local_tokens"] == [n0, n1] and d["rank_gap"] == 0.0  # both processes hold the same gradient
+        ref = lambda b: grad_of(tr.model, reference_loss(tr.model, b, sc_kw, seq, cfg, loss_type))
+        g_global = ref(batch)
+        g_local = (ref(halves[0]) + ref(halves[1])) / 2  # each half normalized on its own, then DDP's average
+        expected = g_local if loss_type == "bnpo" else g_global
+        gaps[loss_type] = ((d["grad"] - expected).norm() / expected.norm()).item()
+        assert gaps[loss_type] <= 1e-5, (loss_type, gaps)
+        if loss_type == "bnpo":  # the check can fail: global and local token means differ here
+            gaps["bnpo, local vs global token mean"] = ((g_global - g_local).norm() / g_global.norm()).item()
+            assert gaps["bnpo, local vs global token mean"] > 1e-3
+    print("relative gradient gaps:", {k: f"{v:.1e}" for k, v in gaps.items()}, "tokens per process:", (n0, n1))
+    run = json.loads((tmp_path / "ddp" / "ddp_train.json").read_text())
+    assert run["num_processes"] == 2 and run["backend"] == "gloo"
+    assert run["param_gap_between_processes"] == 0.0 and run["param_change_max"] > 0
+    steps = [h for h in run["log_history"] if "score_centering/loss" in h]
+    assert len(steps) == 2 and all(0 < h["score_centering/head_mass_q"] <= 1 for h in steps)
