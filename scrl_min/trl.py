@@ -53,7 +53,8 @@ class ScoreCenteringConfig(GRPOConfig):
     `token_mask` → mis, band [clip_min, clip_max]; `sequence_*` → unweighted c_v times TRL's sequence ratio.
     """
 
-    score_centering: bool = field(default=True, metadata={"help": "Add the score-centering term to the loss."})
+    score_centering: bool = field(default=True, metadata={
+        "help": "Add the score-centering term to the loss (False: TRL's loss alone, no score_centering/* metrics)."})
     score_centering_top_k: int = field(default=128, metadata={
         "help": "Head size k: top-k sampler log-probs per generated token (min(k, vocab size) are used)."})
     sampler_precision: str = field(default="fp8", metadata={"help": "TorchSampler numerics: fp8 | bf16 | fp32."})
@@ -161,6 +162,8 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
 
     # --- loss: TRL's + the centering term ----------------------------------------------------------------
     def _compute_loss(self, model, inputs):
+        if not self.args.score_centering:  # TRL's loss alone: plain GRPO on the same sampler, nothing extra computed
+            return super()._compute_loss(model, inputs)
         # TRL's fused LM head runs the backbone once; keep its last hidden states (B, P + T, H) for the head
         unwrapped = self.accelerator.unwrap_model(model)
         hidden = []
@@ -190,7 +193,7 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
             per_token = per_token * inputs["importance_sampling_ratio"]
         term = self._reduce_like_trl(per_token, mask, inputs)
         self._log_centering(term, diag, mask)
-        return loss + term if self.args.score_centering else loss
+        return loss + term
 
     def _reduce_like_trl(self, per_token, mask, inputs):
         """Scalar from a (B, T) per-token loss, normalized as GRPOTrainer._compute_loss normalizes its policy
@@ -223,3 +226,76 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
             self._metrics[mode][name].append((s[0] / s[1].clamp(min=1.0)).item())
         self._metrics[mode]["score_centering/loss"].append(
             self.accelerator.reduce(term.detach(), reduction="mean").item())
+
+
+# --- TRL's experimental AsyncGRPOTrainer: the centering term on its packed layout ---------------------------------
+# AsyncGRPOTrainer (trl/experimental/async_grpo, trl 1.16) cannot run on CPU (README, "Score centering in TRL"): its
+# attention is a FlashAttention-3 kernel fetched from the Hub, its rollouts come from a vLLM server, its weight sync is
+# NCCL. What follows is the loss hook, ready for a subclass on a GPU and tested on CPU against TRL's own packer and
+# compute_loss (tests/test_trl.py). Its batch is one packed row per process: M loss terms, each with a position in the
+# row (token_index), the sampler's log-prob of the token (old_log_probs), a per-token advantage and a sample id.
+
+def pack_sampler_heads(row, keys=("sampler_head_ids", "sampler_head_logp")) -> list:
+    """Per-sample tensors of a packed row, listed like its loss terms.
+
+    row: a `trl.experimental.async_grpo.packing.TreeRow` whose samples carry, next to TRL's keys, tensors aligned
+    with `input_ids` under each of `keys`: shape (L,) or (L, k), entry p belonging to token input_ids[p] (for the
+    head: the sampler's top-k ids / log-probs at the position that drew token p). `TreeRow.pack()` lists one loss term
+    per (sample i, position p ≥ 1 with completion_mask[p] set), samples in order, positions in order; this returns,
+    for each key, the entries at those (i, p) concatenated: a list of (M,) or (M, k) tensors, row m belonging to
+    pack()'s token_index[m]. Raises ScrlError naming the sample and key whose length is not len(input_ids).
+    """
+    out = []
+    for key in keys:
+        parts = []
+        for i, sample in enumerate(row.samples):
+            x, L = sample[key], len(sample["input_ids"])
+            if len(x) != L:
+                raise ScrlError(f"sample {i}: {key} has {len(x)} entries, expected len(input_ids) = {L}")
+            keep = torch.nonzero(torch.as_tensor(sample["completion_mask"])[1:]).flatten() + 1  # p ≥ 1, trained
+            parts.append(torch.as_tensor(x)[keep])
+        out.append(torch.cat(parts))
+    return out
+
+
+def async_grpo_centering_term(log_probs, logp_head, old_log_probs, sampler_head_logp, advantages, *,
+                              epsilon_low: float = 0.2, epsilon_high: float = 0.2):
+    """The score-centering term for AsyncGRPOTrainer's loss, per loss term of a packed row.
+
+    AsyncGRPOTrainer.compute_loss (async_grpo_trainer.py, trl 1.16) clips against the sampler's own log-prob:
+    r = exp(log p(y) − old_log_probs), per-token loss −min(r A, clip(r, 1 − ε_lo, 1 + ε_hi) A). Its gradient is
+    −A · f(r) · ∇log p(y) with f(r) = r · 1[the clip is not active]: masked IS (MIS) whose band depends on the sign of
+    the advantage, [0, 1 + ε_hi] where A > 0 and [1 − ε_lo, ∞) where A < 0. The matching centering term (eq. SC,
+    docs/method.md "The top-k estimator", with that f; v ∈ H, the sampler's top-k head):
+
+        ℓ_m = −sg(A_m) · [ − Σ_{v∈H} sg(c_v) · log p(v) ],   c_v = p_v · 1[r_v ∈ band(A_m)] − α p_v,
+        α = 1[1/ρ ∈ band(A_m)],   ρ = (1 − Σ_H q)_+ / max(1 − Σ_H p, ε)
+
+    Add it with TRL's normalization: loss += ℓ.sum() / (global_n_tokens / num_processes) /
+    current_gradient_accumulation_steps. Together with TRL's surrogate this has the gradient of
+    `score_centered_pg_loss(..., weighting="mis")` with the sign-dependent band.
+
+    Args:
+      log_probs:         (M,)   trainer log-probs of the trained tokens (only their detached values are used)
+      logp_head:         (M, k) trainer log-probs at the sampler's head ids (grad), e.g. `lm_head_logprobs` on the
+                                 final hidden states at token_index
+      old_log_probs:     (M,)   the sampler's log-probs of the trained tokens (TRL's `old_log_probs`)
+      sampler_head_logp: (M, k) the sampler's top-k log-probs (`pack_sampler_heads`); −inf marks an empty slot
+      advantages:        (M,)   per-token advantages
+    Returns:
+      (term (M,) float32 with the gradient above, diag: dict of detached (M,) tensors as score_centered_pg_loss's).
+    Raises ScrlError (from score_centered_pg_loss) on shapes, a non-finite sampler log-prob, an empty head.
+    """
+    M = log_probs.shape[0]
+    lp_y = log_probs.detach().float().reshape(1, M)  # (1, M): the packed row as one "sequence"
+    A = advantages.detach().float().reshape(1, M)
+    term, diag = torch.zeros(1, M), {}
+    for where, band in ((A > 0, (1e-30, 1.0 + epsilon_high)), (A < 0, (1.0 - epsilon_low, math.inf))):
+        # log p(y) detached: this call adds the centering gradient alone (TRL's surrogate has the policy term)
+        loss, d = score_centered_pg_loss(lp_y, logp_head.reshape(1, M, -1), old_log_probs.reshape(1, M),
+                                         sampler_head_logp.reshape(1, M, -1), A, where, weighting="mis",
+                                         mis_band=band)
+        # minus the constant −A · f(r) · log p(y) its value holds: −sg(A) · [ −Σ_H sg(c_v) log p(v) ]
+        term = term + loss + torch.where(where, A * d["weight"] * lp_y, 0.0)
+        diag = {k: torch.where(where, v, diag.get(k, torch.zeros_like(v))) for k, v in d.items()}
+    return term[0], {k: v[0] for k, v in diag.items()}

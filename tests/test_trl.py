@@ -130,6 +130,19 @@ def test_trl_gradient_equals_score_centered_loss(tmp_path, case, loss_type):
         assert (g_ref - grad_of(tr.model, loss)).norm() > 1e-3 * scale
 
 
+def test_score_centering_off_is_trls_plain_loss(tmp_path):
+    """score_centering=False: the gradient is that of the uncentered loss, and no centering metric is logged."""
+    cfg, sc_kw, seq = IS_CASES["token_truncate"]
+    tr = make_trainer(tmp_path, reward=char_variety, loss_type="dapo", score_centering=False, **cfg)
+    tr.model.train()
+    tr.current_gradient_accumulation_steps = 1
+    inputs = tr._generate_and_score_completions([tr.train_dataset[i] for i in range(4) for _ in range(2)])
+    g_trl = grad_of(tr.model, tr.compute_loss(tr.model, inputs))
+    g_ref = grad_of(tr.model, reference_loss(tr.model, inputs, sc_kw, seq, cfg, "dapo", centering=False))
+    assert (g_trl - g_ref).norm() <= 1e-5 * g_ref.norm()
+    assert not any(k.startswith("score_centering/") for k in tr._metrics["train"])
+
+
 def test_every_use_vllm_branch_of_trl_is_accounted_for():
     """The trainer sets `use_vllm = True` so that TRL's importance-sampling code runs (scrl_min/trl.py docstring).
     That is sound only for the branches reviewed there: a TRL version that reads `self.use_vllm` anywhere else
