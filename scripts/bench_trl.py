@@ -12,10 +12,9 @@ A step is everything between two optimizer steps: weight push, generation, rewar
 optimizer (TRL: on_step_begin → on_step_end, so TRL's logging and the `step_time` it logs are inside). Generation
 time is measured separately in every arm (the same `TorchSampler.generate`, timed by a wrapper).
 
-Timing: --rounds rounds; each round runs every arm for --steps steps in a fresh trainer (construction not
-timed) and drops its first step (warm-up); the per-arm number is the median over the kept steps of all rounds.
-Other jobs sharing the CPU move every number; the rounds alternate the arms so that all of them see the same
-load. Results go to stdout and to --out as JSON.
+Timing: each arm's trainer is built once (not timed); then --rounds rounds, each one step of every arm in turn, so
+that load from other jobs on the machine falls on all arms alike; the first round is a warm-up and dropped; the
+per-arm number is the median over the other rounds (all steps are in the JSON). Results go to stdout and to --out.
 
     OMP_NUM_THREADS=1 python scripts/bench_trl.py --out figures/bench_trl.json
 """
@@ -23,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import tempfile
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import TrainerCallback
+from transformers import PrinterCallback, TrainerCallback
 
 import scrl_min
 from scrl_min.trl import task_trainer
@@ -65,52 +65,63 @@ class _StepTimer(TrainerCallback):
                                tokens=self.gen.tokens - self._n0))
 
 
-def run_scrl_min(steps: int, tmp: str) -> list:
-    cfg = scrl_min.arm_config("sc", steps=steps, prompts_per_step=PROMPTS, group_size=GROUP,
-                              max_new_tokens=TOKENS, lr=LR, noise_std=SIGMA, advantage_mode="grpo",
-                              out_dir=tmp, progress=False)
-    tr = scrl_min.Trainer(cfg)
-    tr.sampler.push_weights(tr.policy.state_dict())  # what Trainer.train does first
-    gen = _GenTimer(tr.sampler)
-    out = []
-    for _ in range(steps):
-        g0, n0, t0 = gen.seconds, gen.tokens, time.perf_counter()
-        tr.train_step()
-        out.append(dict(seconds=time.perf_counter() - t0, generate_s=gen.seconds - g0, tokens=gen.tokens - n0))
-    return out
+class ScrlMinArm:
+    """The project's Trainer, one `train_step()` per call."""
+
+    def __init__(self, tmp: str):
+        cfg = scrl_min.arm_config("sc", prompts_per_step=PROMPTS, group_size=GROUP, max_new_tokens=TOKENS, lr=LR,
+                                  noise_std=SIGMA, advantage_mode="grpo", out_dir=tmp, progress=False)
+        self.tr = scrl_min.Trainer(cfg)
+        self.tr.sampler.push_weights(self.tr.policy.state_dict())  # what Trainer.train does first
+        self.gen = _GenTimer(self.tr.sampler)
+
+    def step(self) -> dict:
+        g0, n0, t0 = self.gen.seconds, self.gen.tokens, time.perf_counter()
+        self.tr.train_step()
+        return dict(seconds=time.perf_counter() - t0, generate_s=self.gen.seconds - g0, tokens=self.gen.tokens - n0)
 
 
-def run_trl(steps: int, tmp: str, centering: bool) -> list:
-    tr = task_trainer(tmp, n_prompts=64, score_centering=centering, max_steps=steps, use_cpu=True,
-                      per_device_train_batch_size=PROMPTS * GROUP, num_generations=GROUP,
-                      max_completion_length=TOKENS, loss_type="dapo", vllm_importance_sampling_correction=False,
-                      optim="sgd", learning_rate=LR, lr_scheduler_type="constant", max_grad_norm=0.0,
-                      sampler_noise_std=SIGMA, score_centering_top_k=128)
-    timer = _StepTimer(_GenTimer(tr.sampler))
-    tr.add_callback(timer)
-    tr.train()
-    return timer.steps
+class TRLArm:
+    """ScoreCenteringGRPOTrainer with max_steps=1: each call is one `trainer.train()`, timed from on_step_begin to
+    on_step_end (the set-up `train()` does around its loop is not in the number)."""
 
+    def __init__(self, tmp: str, centering: bool):
+        self.tr = task_trainer(tmp, n_prompts=64, score_centering=centering, max_steps=1, use_cpu=True,
+                               per_device_train_batch_size=PROMPTS * GROUP, num_generations=GROUP,
+                               max_completion_length=TOKENS, loss_type="dapo",
+                               vllm_importance_sampling_correction=False, optim="sgd", learning_rate=LR,
+                               lr_scheduler_type="constant", max_grad_norm=0.0, sampler_noise_std=SIGMA,
+                               score_centering_top_k=128)
+        self.tr.remove_callback(PrinterCallback)
+        self.timer = _StepTimer(_GenTimer(self.tr.sampler))
+        self.tr.add_callback(self.timer)
 
-ARMS = {"scrl_min": run_scrl_min, "trl_sc": lambda n, d: run_trl(n, d, True),
-        "trl_plain": lambda n, d: run_trl(n, d, False)}
+    def step(self) -> dict:
+        self.tr._pushed_step = None  # every train() restarts at global step 0: push the current weights again
+        self.tr.train()
+        return self.timer.steps[-1]
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=6, help="steps per arm per round (the first is dropped)")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=11, help="rounds of one step per arm (the first is a warm-up)")
     ap.add_argument("--out", type=Path, default=Path("runs/bench_trl.json"))
     args = ap.parse_args(argv)
-    if args.steps < 2:
-        ap.error("--steps must be >= 2 (the first step of each round is a warm-up)")
-    kept = {arm: [] for arm in ARMS}
-    for r in range(args.rounds):
-        for arm, fn in ARMS.items():
-            with tempfile.TemporaryDirectory() as tmp:
-                steps = fn(args.steps, tmp)[1:]
-            kept[arm] += steps
-            print(f"round {r} {arm:10s} " + " ".join(f"{s['seconds']:.2f}" for s in steps), flush=True)
+    if args.rounds < 2:
+        ap.error("--rounds must be >= 2 (the first round is a warm-up)")
+    load0 = os.getloadavg()[0]  # other jobs on the machine: the numbers depend on them
+    with tempfile.TemporaryDirectory() as tmp:
+        arms = {"scrl_min": ScrlMinArm(tmp + "/scrl_min"), "trl_sc": TRLArm(tmp + "/trl_sc", True),
+                "trl_plain": TRLArm(tmp + "/trl_plain", False)}
+        kept = {arm: [] for arm in arms}
+        for r in range(args.rounds):
+            line = []
+            for arm, runner in arms.items():
+                s = runner.step()
+                if r > 0:
+                    kept[arm].append(s)
+                line.append(f"{arm} {s['seconds']:.2f}s")
+            print(f"round {r}{' (warm-up)' if r == 0 else ''}: " + ", ".join(line), flush=True)
     res = {}
     for arm, steps in kept.items():
         med = lambda key: statistics.median(s[key] for s in steps)
@@ -118,15 +129,23 @@ def main(argv=None) -> None:
                         rest_s=round(statistics.median(s["seconds"] - s["generate_s"] for s in steps), 3),
                         tokens_per_step=med("tokens"), n_steps=len(steps),
                         step_s_all=[round(s["seconds"], 3) for s in steps])
+    paired = lambda a, b, key="seconds": round(statistics.median(  # the median of per-round ratios
+        x[key] / y[key] for x, y in zip(kept[a], kept[b])), 3)
+    rest = lambda s: dict(rest=s["seconds"] - s["generate_s"])
     res["ratios"] = dict(trl_sc_over_scrl_min=round(res["trl_sc"]["step_s"] / res["scrl_min"]["step_s"], 3),
                          trl_sc_over_trl_plain=round(res["trl_sc"]["step_s"] / res["trl_plain"]["step_s"], 3),
-                         rest_trl_sc_over_trl_plain=round(res["trl_sc"]["rest_s"] / res["trl_plain"]["rest_s"], 3))
+                         rest_trl_sc_over_trl_plain=round(res["trl_sc"]["rest_s"] / res["trl_plain"]["rest_s"], 3),
+                         paired_trl_sc_over_scrl_min=paired("trl_sc", "scrl_min"),
+                         paired_trl_sc_over_trl_plain=paired("trl_sc", "trl_plain"),
+                         paired_rest_trl_sc_over_trl_plain=round(statistics.median(
+                             rest(x)["rest"] / rest(y)["rest"] for x, y in zip(kept["trl_sc"], kept["trl_plain"])), 3))
     import trl
     res["config"] = dict(prompts=PROMPTS, group_size=GROUP, max_new_tokens=TOKENS, k=128, noise_std=SIGMA,
                          sampler="TorchSampler fp8 (emulated)", trainer_dtype="float32", optimizer=f"SGD lr {LR}",
-                         steps_per_round=args.steps, rounds=args.rounds, warmup_dropped=1,
+                         rounds=args.rounds, warmup_rounds_dropped=1,
                          omp_threads=torch.get_num_threads(), torch=torch.__version__, trl=trl.__version__,
-                         cpu=platform.processor() or platform.machine())
+                         cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
+                         load_average_1min_before_after=[round(load0, 2), round(os.getloadavg()[0], 2)])
     print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "step_s_all"} if isinstance(v, dict) else v
                       for k, v in res.items()}, indent=1))
     args.out.parent.mkdir(parents=True, exist_ok=True)

