@@ -42,7 +42,7 @@ from datasets import Dataset
 warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions")
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
-from .core import (DEFAULT_MODEL_PATH, ScrlError, TorchSampler, distinct_names_reward,  # noqa: E402
+from .core import (DEFAULT_MODEL_PATH, RolloutError, ScrlError, TorchSampler, distinct_names_reward,  # noqa: E402
                    lm_head_logprobs, load_policy, make_task_dataset, reduce_loss, score_centered_pg_loss)
 
 # TRL's PPO-clip loss family: with one optimizer step per generation its policy-gradient term per token is
@@ -233,6 +233,50 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
             self._metrics[mode][name].append((s[0] / s[1].clamp(min=1.0)).item())
         self._metrics[mode]["score_centering/loss"].append(
             self.accelerator.reduce(term.detach(), reduction="mean").item())
+
+
+# --- TRL's vLLM generation output → the dense head tensors ------------------------------------------------------
+def trl_vllm_head(completion_ids: list, logprobs: list, logprob_token_ids: list, k: int):
+    """Dense sampler tensors from what TRL's vLLM generation returns when asked for top-k log-probs.
+
+    TRL's `VLLMGeneration.generate` (trl 1.16, vllm_generation.py) with `logprobs=k` returns, per sequence b and
+    generated position t, a row of vLLM's top-k (id, log q) plus the sampled token when it is not among them: k or
+    k + 1 entries, distinct ids, sorted by descending log-prob, None where vLLM gave NaN. GRPOTrainer keeps only
+    `row[0]` (grpo_trainer.py:1782), which is the *sampled* token's log-prob only when k = 0; otherwise it is the
+    most probable token's. This function looks the sampled token up by id instead.
+
+    Args:
+      completion_ids:    B lists of generated ids (T_b each)
+      logprobs, logprob_token_ids: B lists of T_b rows as above
+      k:                 the head size asked of vLLM (its `max_logprobs` must be >= k)
+    Returns:
+      sampler_logp (B, T) float32, log q(y_t) of the sampled token; head_ids (B, T, k) long and head_logp (B, T, k)
+      float32, vLLM's top-k (the sampled token only if it is one of them); T = max T_b, positions past T_b hold
+      0 / 0 / −inf. Feed them to `score_centered_pg_loss` or this trainer's batch keys.
+    Raises RolloutError naming (sequence, position): a row without the sampled id, with fewer than k entries
+    (vLLM's `max_logprobs` cap) or more than k + 1, or with a None (NaN) log-prob; and on mismatched lengths.
+    Python loops over TRL's Python lists: a reference converter, not a fast path (README, "vLLM top-k log-probs").
+    """
+    B, T = len(completion_ids), max((len(c) for c in completion_ids), default=0)
+    sampler_logp = torch.zeros(B, T)
+    head_ids = torch.zeros(B, T, k, dtype=torch.long)
+    head_logp = torch.full((B, T, k), -torch.inf)
+    for b, (y, lps, ids) in enumerate(zip(completion_ids, logprobs, logprob_token_ids, strict=True)):
+        if not (len(y) == len(lps) == len(ids)):
+            raise RolloutError(f"sequence {b}: {len(y)} completion ids but {len(lps)} / {len(ids)} log-prob rows")
+        for t, (lp_row, id_row) in enumerate(zip(lps, ids)):
+            n = len(id_row)
+            if not (k <= n <= k + 1) or None in lp_row:
+                what = (f"{n} log-prob entries, expected k = {k} or k + 1 (raise vLLM's max_logprobs to >= {k})"
+                        if not (k <= n <= k + 1) else "a None (NaN) log-prob")
+                raise RolloutError(f"vLLM row at sequence {b}, position {t}: {what}")
+            if y[t] not in id_row:
+                raise RolloutError(f"vLLM row at sequence {b}, position {t}: the sampled id {y[t]} is not in it")
+            sampler_logp[b, t] = lp_row[id_row.index(y[t])]  # by id, never by position
+            keep = [j for j in range(n) if n == k or id_row[j] != y[t]]  # k + 1 entries: the extra is y_t
+            head_ids[b, t] = torch.tensor([id_row[j] for j in keep])
+            head_logp[b, t] = torch.tensor([lp_row[j] for j in keep])
+    return sampler_logp, head_ids, head_logp
 
 
 # --- TRL's experimental AsyncGRPOTrainer: the centering term on its packed layout ---------------------------------

@@ -229,3 +229,58 @@ def test_two_process_gradient_equals_single_process_gradient(tmp_path):
     assert run["param_gap_between_processes"] == 0.0 and run["param_change_max"] > 0
     steps = [h for h in run["log_history"] if "score_centering/loss" in h]
     assert len(steps) == 2 and all(0 < h["score_centering/head_mass_q"] <= 1 for h in steps)
+
+
+def trl_shaped_rows(B=3, T=4, V=50, k=5, seed=0):
+    """Rows shaped like TRL's vLLM output (top-k + the sampled token when outside it, sorted by log-prob,
+    distinct ids), from known distributions q; and the expected dense tensors, built independently."""
+    g = torch.Generator().manual_seed(seed)
+    comp, lps, ids, want_q, want_heads = [], [], [], [], []
+    for b in range(B):
+        Tb = T - b % 2  # ragged lengths
+        lq = torch.log_softmax(torch.randn(Tb, V, generator=g) * 2, -1)
+        y = [torch.multinomial(lq[t].exp(), 1, generator=g).item() if t % 2 else int(lq[t].argmin())
+             for t in range(Tb)]  # odd positions: a draw; even: the least likely token, surely outside the top-k
+        rows = [{int(v): lq[t, v].item() for v in lq[t].topk(k).indices} | {y[t]: lq[t, y[t]].item()}
+                for t in range(Tb)]
+        rows = [sorted(r.items(), key=lambda e: -e[1]) for r in rows]
+        comp.append(y)
+        lps.append([[lp for _, lp in r] for r in rows])
+        ids.append([[i for i, _ in r] for r in rows])
+        want_q.append([lq[t, y[t]].item() for t in range(Tb)])
+        want_heads.append([sorted(int(v) for v in lq[t].topk(k).indices) for t in range(Tb)])
+    return comp, lps, ids, want_q, want_heads
+
+
+def test_trl_vllm_head_looks_the_sampled_token_up_by_id():
+    from scrl_min.trl import trl_vllm_head
+
+    comp, lps, ids, want_q, want_heads = trl_shaped_rows()
+    assert {len(r) for rows in ids for r in rows} == {5, 6}  # both row kinds occur
+    q_y, head_ids, head_lq = trl_vllm_head(comp, lps, ids, k=5)
+    assert q_y.shape == (3, 4) and head_ids.shape == head_lq.shape == (3, 4, 5)
+    for b, y in enumerate(comp):
+        for t in range(len(y)):
+            assert q_y[b, t].item() == pytest.approx(want_q[b][t], abs=1e-6)
+            assert sorted(head_ids[b, t].tolist()) == want_heads[b][t]
+            assert q_y[b, t] != lps[b][t][0] or y[t] == ids[b][t][0]  # TRL's row[0] is not the sampled token
+        assert torch.isinf(head_lq[b, len(y):]).all()  # padding past the sequence's end
+    mask = torch.tensor([[t < len(y) for t in range(4)] for y in comp])
+    scrl_min.validate_rollout(scrl_min.Rollout(
+        torch.zeros(3, 1, dtype=torch.long), torch.ones(3, 1, dtype=torch.bool),
+        torch.tensor([y + [0] * (4 - len(y)) for y in comp]), mask, q_y, head_ids, head_lq), vocab_size=50)
+
+
+@pytest.mark.parametrize("spoil, says", [
+    (lambda lps, ids: (ids[0][1].pop(), lps[0][1].pop()), "expected k = 5 or k + 1 (raise vLLM's max_logprobs"),
+    (lambda lps, ids: lps[1][2].__setitem__(0, None), "position 2: a None (NaN) log-prob"),
+    (lambda lps, ids: ids[2][0].__setitem__(-1, 10_000), "sequence 2, position 0: the sampled id"),  # y_0 is last
+])
+def test_trl_vllm_head_refuses_broken_rows(spoil, says):
+    from scrl_min.trl import trl_vllm_head
+
+    comp, lps, ids, *_ = trl_shaped_rows()
+    assert ids[2][0][-1] == comp[2][0]  # position 0 samples the least likely token: the row's extra, last entry
+    spoil(lps, ids)
+    with pytest.raises(scrl_min.RolloutError, match=re.escape(says)):
+        trl_vllm_head(comp, lps, ids, k=5)
