@@ -117,7 +117,11 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
                   "top_p / top_k / min_p filtering (TorchSampler draws from the full distribution)":
                       a.top_p < 1.0 or bool(a.top_k) or bool(a.min_p),
                   "tools, environments or rollout_func": bool(self.tools) or self.rollout_func is not None
-                      or self.environment_factories is not None}
+                      or self.environment_factories is not None,
+                  "FSDP or DeepSpeed ZeRO-3 (sharded parameters: the centering term reads the LM-head weight "
+                  "outside the model's forward, and TorchSampler needs the full state dict)":
+                      self.is_fsdp_enabled or (self.is_deepspeed_enabled and
+                                               self.accelerator.state.deepspeed_plugin.zero_stage == 3)}
         bad = [what for what, is_set in refuse.items() if is_set]
         if bad:
             raise ScrlError(f"ScoreCenteringGRPOTrainer does not support: {'; '.join(bad)}")
