@@ -116,7 +116,7 @@ def main(argv=None) -> int:
                          "(make reproduce)")
     args = ap.parse_args(argv)
 
-    paths = args.notebooks or sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    paths = [p.resolve() for p in args.notebooks] or sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
     table = yaml.safe_load(args.params.read_text()) if args.params else {}
     table = table or {}
     stems = {p.stem for p in paths}
