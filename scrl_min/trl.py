@@ -9,6 +9,18 @@ term together have the gradient of `score_centered_pg_loss`, reduced like TRL's 
 Generation runs on the project's `TorchSampler` (FP8 emulated, persistent weight noise σ: a mismatched
 sampler on CPU, no vLLM), which returns each token's sampler log-prob and its top-k head H.
 
+Data parallelism: the centering term is reduced with TRL's own normalizer, so under DDP it is as global (grpo,
+dr_grpo, dapo, luspo) or as local (bnpo: each process's own token count) as TRL's policy term; scripts/trl_ddp.py
+and tests/test_trl.py check it with `accelerate launch --multi_gpu --num_processes 2` on CPU (gloo).
+
+Also here: `task_trainer` (this trainer on the project's task, for tests, notebook 05 and scripts);
+`trl_vllm_head` (TRL's vLLM top-k rows → dense head tensors, the piece TRL's vLLM path lacks: README, "Score
+centering in TRL"); `pack_sampler_heads` and `async_grpo_centering_term` (the loss hook for TRL's experimental
+AsyncGRPOTrainer, which cannot run on CPU).
+
+Run:   python scripts/run_notebooks.py notebooks/05_score_centering_in_trl.ipynb   (or the README's usage)
+       accelerate launch --multi_gpu --num_processes 2 scripts/trl_ddp.py --out runs/trl_ddp
+
 TRL extension points used (trl==1.16.0, trl/trainer/grpo_trainer.py):
   `_generate_single_turn`            generation backend: TorchSampler → completion ids + sampler log-probs
   `_generate_and_score_completions`  adds the sampler's top-k head (ids, log q) to the batch TRL buffers

@@ -179,3 +179,10 @@ def test_all_notebooks_run_headlessly_with_ci_parameters(tmp_path):
         assert err["torch bf16"] < 1e-5, err
         assert 100 * err["torch bf16"] < err["torch fp8"] < err[noisy], err
         assert 100 * err["torch bf16"] < err["vLLM bf16"] < min(PROBE_TOL["bf16"], err["torch fp8"]), err
+    # 05: TRL's gradient is score_centered_pg_loss's; the centering term is not negligible; TRL logged every step of
+    # both arms through trainer.train(), and only the SC arm carries the centering metrics
+    trl = json.loads((figs / "05_score_centering_in_trl.json").read_text())
+    assert trl["gradient_check"]["trl_vs_reference_rel"] <= 1e-5 < trl["gradient_check"]["centering_term_rel"]
+    steps = trl["parameters"]["steps"]
+    assert all(len(trl["curves"][arm]["reward"]) == steps for arm in ("plain", "sc"))
+    assert "score_centering/head_mass_q" in trl["curves"]["sc"] and "score_centering/loss" not in trl["curves"]["plain"]
