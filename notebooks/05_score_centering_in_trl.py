@@ -23,8 +23,8 @@
 #    policy term for the chosen `loss_type`.
 #
 # `ScoreCenteringConfig` is a `GRPOConfig` with `score_centering` (on/off) and `score_centering_top_k` ($k$); TRL's
-# `vllm_importance_sampling_*` options choose the weighting $f$ of the coefficients (docs/method.md, "The top-k
-# estimator").
+# `vllm_importance_sampling_*` options choose the weighting $f$ of the coefficients
+# (docs/method.md, "The top-k estimator").
 #
 # **Run time**: about 5 minutes on 2 CPU cores, no GPU, one thread: two arms × 30 TRL steps of 8 prompts × 4
 # completions × 24 tokens (measured: 5 min 38 s through `scripts/run_notebooks.py` for the outputs shown here, the
