@@ -9,14 +9,15 @@ start torchrun with two processes; `use_cpu=True` (a TrainingArguments field) th
 DistributedType.MULTI_CPU and gloo (accelerate/state.py, `PartialState._prepare_backend`); `ddp_backend="gloo"`
 says so explicitly. The trainer wraps the model in torch DDP, whose backward all-reduces (averages) gradients.
 
-  train  (--steps > 0) `trainer.train()` for --steps optimizer steps, 4 prompts × groups of 2 per step over the two processes
-         (TorchSampler on each, rewards gathered for the advantages, TRL's loss + the centering term). Rank 0
-         writes --out/ddp_train.json: TRL's log history, how far the parameters moved, and the largest difference
-         between the two processes' parameters after training (DDP keeps them equal: 0 expected).
-  grad   (with --batch; runs first) one backward on a fixed global batch saved by the single-process side (tests/test_trl.py): rank r takes
-         rows [r·B/2, (r+1)·B/2) (TRL's own contiguous process slice), computes the trainer's loss through the
-         DDP-wrapped model and backpropagates (gradient all-reduce). Rank 0 saves --out/ddp_grads.pt:
-         {loss_type: flat gradient, ...} for each of --loss_types, with --config (JSON) as extra trainer options.
+  train  (--steps > 0) `trainer.train()` for --steps optimizer steps, 4 prompts × groups of 2 per step over the two
+         processes (TorchSampler on each, rewards gathered for the advantages, TRL's loss + the centering term).
+         Rank 0 writes --out/ddp_train.json: TRL's log history, how far the parameters moved, and the largest
+         difference between the two processes' parameters after training (DDP keeps them equal: 0 expected).
+  grad   (with --batch; runs first) one backward on a fixed global batch saved by the single-process side
+         (tests/test_trl.py): rank r takes rows [r·B/2, (r+1)·B/2) (TRL's own contiguous process slice), computes
+         the trainer's loss through the DDP-wrapped model and backpropagates (gradient all-reduce). Rank 0 saves
+         --out/ddp_grads.pt: {loss_type: flat gradient, ...} for each of --loss_types, with --config (JSON) as
+         extra trainer options.
 One launch does both, since starting the two processes (importing TRL, which imports vLLM) is most of the time.
 """
 from __future__ import annotations
