@@ -226,7 +226,7 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
         B = per_token.shape[0]
         if self.loss_type == "grpo":  # mean over sequences of their token mean
             return reduce_loss(per_token, mask, "seq_mean") / ga
-        if self.loss_type == "bnpo":  # token mean over the micro-batch
+        if self.loss_type == "bnpo":  # token mean over this process's micro-batch (under DDP a local mean, as TRL's)
             return reduce_loss(per_token, mask, "token_mean") / ga
         if self.loss_type == "dr_grpo":  # Σ / (B · max_completion_length)
             return reduce_loss(per_token, mask, "constant", B * self.max_completion_length) / ga
