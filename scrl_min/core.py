@@ -30,7 +30,9 @@ Deviations from the paper and from a production trainer (numbered, on purpose)
      "vllm") is the real engine with the same contract; on a CPU without AVX-512 it can only run
      bf16. Because FP8 at a few million parameters is a small mismatch, a persistent relative weight
      noise (drawn once, as in the paper's own small runs) is the severity knob for both samplers:
-     sampler weight = trainer weight · (1 + σ ε).
+     sampler weight = trainer weight · (1 + σ ε). Real numerics of other severities are named
+     sampler formats (`FORMATS`: FP8 e5m2, int8 weight-only or W8A8, int4 group-wise) and an FP8
+     KV cache (`TrainConfig.kv_cache`), all emulated in float32 on the torch sampler.
   2. One optimizer step per rollout batch (no PPO epochs), SGD by default as in the paper's small runs.
   3. The task is "distinct Python names" (see the task section), not Countdown: a 3.6M-parameter model
      cannot learn arithmetic search, and this task's best policy is high-entropy, which keeps the
