@@ -30,7 +30,9 @@ Deviations from the paper and from a production trainer (numbered, on purpose)
      "vllm") is the real engine with the same contract; on a CPU without AVX-512 it can only run
      bf16. Because FP8 at a few million parameters is a small mismatch, a persistent relative weight
      noise (drawn once, as in the paper's own small runs) is the severity knob for both samplers:
-     sampler weight = trainer weight · (1 + σ ε).
+     sampler weight = trainer weight · (1 + σ ε). Real numerics of other severities are named
+     sampler formats (`FORMATS`: FP8 e5m2, int8 weight-only or W8A8, int4 group-wise) and an FP8
+     KV cache (`TrainConfig.kv_cache`), all emulated in float32 on the torch sampler.
   2. One optimizer step per rollout batch (no PPO epochs), SGD by default as in the paper's small runs.
   3. The task is "distinct Python names" (see the task section), not Countdown: a 3.6M-parameter model
      cannot learn arithmetic search, and this task's best policy is high-entropy, which keeps the
@@ -89,7 +91,9 @@ class RolloutError(ScrlError):
 WEIGHTINGS = ("none", "is", "tis", "mis", "icepop")
 LEVELS = ("token", "sequence")  # where the importance weight applies: per token, or per sequence (GSPO)
 ADVANTAGE_MODES = ("raw", "signed", "grpo")
-PRECISIONS = ("fp8", "bf16", "fp32")
+# sampler numerics: fp32 and bf16, and the quantized formats of the decoder Linears (`FORMATS`)
+PRECISIONS = ("fp32", "bf16", "fp8", "fp8_e5m2", "int8", "int8_w8a8", "int4_g128", "int4_g32")
+KV_CACHES = ("auto", "fp8_e4m3")  # the torch sampler's KV cache: float32, or FP8 as vLLM's (`fp8_kv_cache`)
 SAMPLERS = ("torch", "vllm")  # rollout engines: TorchSampler, VLLMSampler
 VLLM_PRECISIONS = ("bf16", "fp8_kv", "fp8")  # see the vLLM sampler section
 OPTIMIZERS = ("sgd", "adam")
@@ -114,7 +118,8 @@ class TrainConfig:
     k: Optional[int] = None  # head size: top-k log-probs the sampler returns per token; None = min(128, V)
     # --- the sampler and its mismatch with the trainer
     sampler: str = "torch"  # rollout engine: torch (TorchSampler) | vllm (VLLMSampler; needs vLLM)
-    sampler_precision: str = "fp8"  # fp8 (W8A8 e4m3) | bf16 | fp32 (an exact copy: on-policy)
+    sampler_precision: str = "fp8"  # fp32 | bf16 | fp8 (W8A8 e4m3) | fp8_e5m2 | int8 | int8_w8a8 | int4_g128 | int4_g32
+    kv_cache: str = "auto"  # torch sampler: auto (float32) | fp8_e4m3 (vLLM's FP8 KV cache, scale 1.0)
     vllm_precision: str = "auto"  # vLLM numerics: auto | bf16 | fp8_kv | fp8 (see vllm_precision_for)
     fp8_backend: str = "emulated"  # scaled_mm (torch._scaled_mm) | emulated (same e4m3 numbers, fp32 GEMM)
     noise_std: float = 0.1  # σ: persistent relative weight noise on the sampler; 0 turns it off
@@ -149,6 +154,9 @@ ARMS = {
 }
 # Fields that do not change a run's results: a run folder may be resumed with other values of them.
 RUN_BOOKKEEPING = ("steps", "progress", "out_dir", "checkpoint_every")
+# Fields added after runs were named: left out of config_id while they hold their default, so every
+# config that existed before them keeps its id (and its run folder resumes).
+HASHED_UNLESS_DEFAULT = ("kv_cache",)
 
 
 def arm_config(arm: str, **fields) -> TrainConfig:
@@ -164,12 +172,15 @@ def arm_config(arm: str, **fields) -> TrainConfig:
 
 
 def config_id(cfg: TrainConfig) -> str:
-    """Eight hex digits naming a run's results: a hash of every field except `RUN_BOOKKEEPING`.
-    Two configs with the same id make the same run (up to their step count), so a run folder named
-    with it resumes safely and never collides with a run of other settings."""
+    """Eight hex digits naming a run's results: a hash of every field except `RUN_BOOKKEEPING` (and
+    the `HASHED_UNLESS_DEFAULT` fields at their default). Two configs with the same id make the same
+    run (up to their step count), so a run folder named with it resumes safely and never collides
+    with a run of other settings."""
     import hashlib
 
-    d = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in RUN_BOOKKEEPING}
+    default = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    d = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in RUN_BOOKKEEPING
+         and not (k in HASHED_UNLESS_DEFAULT and v == default[k])}
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:8]
 
 
@@ -789,6 +800,11 @@ class Trainer:
         if cfg.sampler_precision not in PRECISIONS:
             raise ScrlError(f"unknown sampler_precision {cfg.sampler_precision!r}; choose one of "
                             f"{PRECISIONS}")
+        if cfg.kv_cache not in KV_CACHES:
+            raise ScrlError(f"unknown kv_cache {cfg.kv_cache!r}; choose one of {KV_CACHES}")
+        if cfg.sampler == "vllm" and cfg.kv_cache != "auto":
+            raise ScrlError(f"kv_cache={cfg.kv_cache!r} is the torch sampler's; vLLM's FP8 KV cache is "
+                            f"vllm_precision='fp8_kv'")
         self.out = Path(cfg.out_dir)  # created once everything below has been validated
         torch.manual_seed(cfg.seed)
         self.policy, self.tok = load_policy(cfg.model)
@@ -800,7 +816,8 @@ class Trainer:
         if cfg.sampler == "torch":
             self.sampler = TorchSampler(
                 self.policy.config, precision=cfg.sampler_precision, k=k, temperature=cfg.temperature,
-                noise_std=cfg.noise_std, staleness=cfg.staleness, seed=cfg.seed, fp8_backend=cfg.fp8_backend)
+                noise_std=cfg.noise_std, staleness=cfg.staleness, seed=cfg.seed, fp8_backend=cfg.fp8_backend,
+                kv_cache=cfg.kv_cache)
         elif cfg.sampler == "vllm":
             self.sampler = VLLMSampler(
                 cfg.model, precision=vllm_precision_for(cfg.sampler_precision, cfg.vllm_precision),
@@ -1001,7 +1018,7 @@ def train_many(configs: list, workers: int = 2) -> list:
 # Entry point
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 CHOICES = dict(advantage_mode=ADVANTAGE_MODES, optimizer=OPTIMIZERS, sampler=SAMPLERS,
-               sampler_precision=PRECISIONS, vllm_precision=("auto", *VLLM_PRECISIONS),
+               sampler_precision=PRECISIONS, kv_cache=KV_CACHES, vllm_precision=("auto", *VLLM_PRECISIONS),
                weighting=WEIGHTINGS, weight_level=LEVELS, fp8_backend=FP8_BACKENDS)
 
 
@@ -1060,7 +1077,8 @@ def main(argv=None) -> None:
     except ScrlError as e:
         sys.exit(f"python -m scrl_min: error: {e}")
     last = recs[-min(20, len(recs)):]
-    name = f"{cfg.sampler_precision} sampler, weighting {cfg.weighting}, centering {cfg.centering}"
+    kv = "" if cfg.kv_cache == "auto" else f" + {cfg.kv_cache} KV cache"
+    name = f"{cfg.sampler_precision}{kv} sampler, weighting {cfg.weighting}, centering {cfg.centering}"
     print(f"{arm + ' (' + name + ')' if arm else name}: {len(recs)} steps, reward over the last {len(last)} steps "
           f"{sum(r['reward'] for r in last) / max(1, len(last)):.3f}  ({cfg.out_dir}/metrics.jsonl)")
 
@@ -1073,67 +1091,214 @@ def main(argv=None) -> None:
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
-# FP8
+# Quantized numerics: FP8, int8, int4 and the FP8 KV cache
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
-# FP8 comes in two formats: e4m3 (4 exponent bits, 3 mantissa bits, max 448) trades range for
-# precision and is used for weights and activations in inference; e5m2 (max 57344) keeps range for
-# gradients. Three mantissa bits means a relative rounding step of 2^-3 = 12.5% near powers of two, so
-# tensors are first divided by a *scale* that maps their absolute maximum onto 448: one scale per
-# output channel for weights (fixed), one per token for activations (computed on the fly). The matmul
-# `torch._scaled_mm(x8, w8.T, scale_x, scale_w)` multiplies the FP8 values and applies both scales in
-# its epilogue. FP8 rounding errors on weights and activations are what make the sampler's q differ
-# from the trainer's p.
+# A sampler format (`FORMATS`) says how each decoder Linear rounds its operands before the GEMM. All
+# of them are *symmetric round-to-nearest* (RTN): a block of numbers x shares one scale
+# s = max|x| / m, the codes are q = clamp(x / s, qmin, qmax) rounded to the grid, and the GEMM sees
+# q · s. The grids (`GRIDS`):
+#   e4m3  FP8 with 4 exponent and 3 mantissa bits, max 448: relative rounding error ≤ 2^-4 for
+#         normal values. Weights and activations in FP8 inference (vLLM's "fp8").
+#   e5m2  FP8 with 5 exponent and 2 mantissa bits, max 57344: twice e4m3's relative error (2^-3)
+#         for more range. Gradients in FP8 training; vLLM offers it for the KV cache.
+#   int8  integers −127…127, m = 127: a uniform grid, error ≤ s/2 = max|x|/254 whatever the value
+#         (small values lose relative precision, unlike FP8). vLLM's online int8 (weights, one scale
+#         per output channel) and its dynamic per-token activation quantization use m = 127.
+#   int4  integers −8…7, m = 7.5: GPTQ's and llm-compressor's symmetric rule (s = 2·max|x|/15,
+#         stored unsigned with zero point 8: vLLM's `uint4b8`). ±max|x| lands on ±7.5 (up to
+#         float32 rounding of s): −7.5 rounds to −8, +7.5 to 8, clipped to 7. Symmetric (no zero
+#         point) because that is GPTQ's default and llm-compressor's W4A16 preset, which is how
+#         most int4 checkpoints served by vLLM are made; AWQ's asymmetric groups would round a
+#         skewed group a little better.
+# Who shares a scale: a weight's output channel (one row of W (out, in)), or `group` consecutive
+# inputs of a row (int4 with group 128 or 32: smaller groups, smaller error, more scales); an
+# activation's token (computed on the fly: *dynamic*). A weight-only format (W8A16, W4A16) keeps the
+# activations in float; a W8A8 format rounds both. On a GPU the GEMM multiplies the codes and applies
+# both scales in its epilogue (`torch._scaled_mm(x8, w8.T, scale_x, scale_w)` for FP8); here it is
+# emulated: the same dequantized values multiplied in float32, the output rounded to bf16 as the
+# kernels write it. These rounding errors are what make the sampler's q differ from the trainer's p.
 FP8 = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8).max  # 448.0
+# grid: (storage dtype of the codes, qmin, qmax, m: a block's max|x| maps onto m)
+GRIDS = {
+    "e4m3": (torch.float8_e4m3fn, -448.0, 448.0, 448.0),
+    "e5m2": (torch.float8_e5m2, -57344.0, 57344.0, 57344.0),
+    "int8": (torch.int8, -127, 127, 127.0),
+    "int4": (torch.int8, -8, 7, 7.5),  # held one code per byte (packing two per byte saves memory only)
+}
+FP8_GRIDS = ("e4m3", "e5m2")  # the grids torch._scaled_mm multiplies
+
+
+@dataclass(frozen=True)
+class QuantFormat:
+    """How a sampler format rounds the decoder Linears (a row of `FORMATS`)."""
+
+    weights: str  # grid of the weights (GRIDS)
+    group: Optional[int]  # inputs per weight scale; None: one scale per output channel (a whole row)
+    acts: Optional[str]  # grid of the activations, one scale per token; None: weight-only (float32)
+    label: str  # the name the sampler's settings and the run's metrics give it
+
+
+FORMATS = {
+    "fp8": QuantFormat("e4m3", None, "e4m3", "fp8_e4m3 (W8A8)"),
+    "fp8_e5m2": QuantFormat("e5m2", None, "e5m2", "fp8_e5m2 (W8A8)"),
+    "int8": QuantFormat("int8", None, None, "int8 per channel (W8A16)"),
+    "int8_w8a8": QuantFormat("int8", None, "int8", "int8 per channel, int8 per token (W8A8)"),
+    "int4_g128": QuantFormat("int4", 128, None, "int4 symmetric, group 128 (W4A16)"),
+    "int4_g32": QuantFormat("int4", 32, None, "int4 symmetric, group 32 (W4A16)"),
+}
+assert set(PRECISIONS) == {"fp32", "bf16", *FORMATS}, "PRECISIONS and FORMATS disagree"
+
+
+def quantize(x: torch.Tensor, grid: str, group: Optional[int] = None):
+    """Symmetric RTN of x (M, K) on `grid`: one scale per row, or per `group` consecutive columns.
+
+    Returns (codes (M, K) in the grid's storage dtype, scale (M, K // group) float32) with
+    x ≈ dequantize(codes, scale). A float8 cast rounds to nearest even; integers round half to even.
+    Raises ScrlError for an unknown grid, or K not a multiple of group.
+    """
+    if grid not in GRIDS:
+        raise ScrlError(f"unknown grid {grid!r}; choose one of {tuple(GRIDS)}")
+    dtype, qmin, qmax, m = GRIDS[grid]
+    M, K = x.shape
+    g = K if group is None else group
+    if K % g:
+        raise ScrlError(f"{K} inputs do not split into groups of {g}")
+    xg = x.float().reshape(M, K // g, g)  # (M, G, g)
+    # s = max|x| / m per block (a block of zeros gets a tiny scale and zero codes)
+    scale = (xg.abs().amax(-1) / m).clamp(min=1e-12)  # (M, G)
+    # q = clamp(x / s, qmin, qmax), rounded to the grid
+    y = (xg / scale[..., None]).clamp(qmin, qmax)  # (M, G, g)
+    codes = y.to(dtype) if dtype.is_floating_point else y.round().to(dtype)
+    return codes.reshape(M, K), scale
+
+
+def dequantize(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """codes (M, K), scale (M, G) → (M, K) float32: every code times the scale of its block."""
+    M, K = codes.shape
+    G = scale.shape[1]
+    return (codes.float().reshape(M, G, K // G) * scale[..., None]).reshape(M, K)
 
 
 def quantize_fp8(x: torch.Tensor):
     """Row-wise e4m3 quantization. x: (M, K) float → (x8 (M, K) float8_e4m3fn, scale (M, 1) float32)
     with x ≈ x8.float() · scale."""
-    scale = (x.float().abs().amax(dim=-1, keepdim=True) / FP8_MAX).clamp(min=1e-12)
-    return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
+    return quantize(x, "e4m3")
 
 
-class FP8Linear(nn.Module):
-    """W8A8 Linear: e4m3 weights (per output channel scale), e4m3 activations (per token scale).
+class QuantLinear(nn.Module):
+    """A Linear in a sampler format `fmt` (`FORMATS`): weights quantized at every `set_weight`,
+    activations at every call for W8A8 formats.
 
     Input (..., in_features) float → output (..., out_features) float32 holding bf16-rounded values
-    (FP8 GEMMs write bf16). Backends: "scaled_mm" multiplies the FP8 tensors with
-    `torch._scaled_mm` (the hardware path on GPUs; it also runs on CPU, about 4x slower there than
-    float32); "emulated" multiplies the *same* dequantized e4m3 values in float32 and rounds the
-    output to bf16, which gives the same numbers up to summation order (tests check this).
+    (quantized GEMMs write bf16). Buffers: weight8 (out, in) codes in 8-bit storage (float8, or
+    int8 for the int8 and int4 grids), weight_scale (out, in // group) float32.
+    Backends: "emulated" multiplies the dequantized values in float32 and rounds the output to
+    bf16; "scaled_mm" (FP8 W8A8 formats only) multiplies the FP8 codes with `torch._scaled_mm` (the
+    hardware path on GPUs; it also runs on CPU, about 4x slower there than float32). Both give the
+    same numbers up to summation order (tests check this).
+    Raises ScrlError for an unknown format or backend, scaled_mm with a non-FP8 format, or
+    in_features not a multiple of the format's group.
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool, backend: str = "scaled_mm"):
+    def __init__(self, in_features: int, out_features: int, bias: bool, fmt: str = "fp8",
+                 backend: str = "emulated"):
         super().__init__()
         if backend not in FP8_BACKENDS:
             raise ScrlError(f"unknown FP8 backend {backend!r}; choose scaled_mm or emulated")
+        if fmt not in FORMATS:
+            raise ScrlError(f"unknown quantized format {fmt!r}; choose one of {tuple(FORMATS)}")
+        self.format, self.fmt = fmt, FORMATS[fmt]
+        if backend == "scaled_mm" and self.fmt.acts not in FP8_GRIDS:
+            raise ScrlError(f"backend scaled_mm multiplies FP8 operands; format {fmt!r} runs emulated")
+        group = self.fmt.group or in_features
+        if in_features % group:
+            raise ScrlError(f"format {fmt!r}: {in_features} inputs do not split into groups of {group}")
         self.in_features, self.out_features, self.backend = in_features, out_features, backend
-        self.register_buffer("weight8", torch.zeros(out_features, in_features, dtype=FP8))
-        self.register_buffer("weight_scale", torch.ones(out_features, 1))
+        codes_dtype = GRIDS[self.fmt.weights][0]
+        self.register_buffer("weight8", torch.zeros(out_features, in_features, dtype=codes_dtype))
+        self.register_buffer("weight_scale", torch.ones(out_features, in_features // group))
         self.register_buffer("bias", torch.zeros(out_features) if bias else None)
         self._w_deq = None  # float32 copy of the dequantized weight, for the emulated backend
 
     @torch.no_grad()
     def set_weight(self, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> None:
         """Quantize a (out, in) float weight into this layer."""
-        self.weight8, self.weight_scale = quantize_fp8(weight)
+        self.weight8, self.weight_scale = quantize(weight, self.fmt.weights, self.fmt.group)
         if self.backend == "emulated":  # scaled_mm reads weight8 directly
-            self._w_deq = self.weight8.float() * self.weight_scale  # (out, in)
+            self._w_deq = dequantize(self.weight8, self.weight_scale)  # (out, in)
         if bias is not None:
             self.bias = bias.to(torch.bfloat16).float()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
-        x8, x_scale = quantize_fp8(x.reshape(-1, self.in_features))  # (M, in) e4m3, (M, 1)
-        if self.backend == "scaled_mm":
-            y = torch._scaled_mm(x8, self.weight8.t(), scale_a=x_scale,
-                                 scale_b=self.weight_scale.t(), out_dtype=torch.bfloat16).float()
-        else:  # same e4m3 operands, float32 accumulate, bf16 output rounding
-            y = ((x8.float() * x_scale) @ self._w_deq.t()).bfloat16().float()
+        x = x.reshape(-1, self.in_features)  # (M, in)
+        if self.fmt.acts is None:  # weight-only: float32 activations
+            y = (x.float() @ self._w_deq.t()).bfloat16().float()
+        else:
+            xq, x_scale = quantize(x, self.fmt.acts)  # (M, in) codes, (M, 1): one scale per token
+            if self.backend == "scaled_mm":
+                y = torch._scaled_mm(xq, self.weight8.t(), scale_a=x_scale,
+                                     scale_b=self.weight_scale.t(), out_dtype=torch.bfloat16).float()
+            else:  # same operands, float32 accumulate, bf16 output rounding
+                y = (dequantize(xq, x_scale) @ self._w_deq.t()).bfloat16().float()
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*lead, self.out_features)
+
+
+class FP8Linear(QuantLinear):
+    """W8A8 Linear: e4m3 weights (per output channel scale), e4m3 activations (per token scale);
+    the "fp8" row of `FORMATS` (see `QuantLinear`)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, backend: str = "scaled_mm"):
+        super().__init__(in_features, out_features, bias, fmt="fp8", backend=backend)
+
+
+# The FP8 KV cache. vLLM's kv_cache_dtype "fp8" (= "fp8_e4m3") stores keys and values in e4m3 with
+# one scale for K and one for V per attention layer (`k_scale`, `v_scale`, per tensor): a write
+# stores e4m3(x / k_scale), a read multiplies by k_scale (vllm/model_executor/layers/quantization/
+# kv_cache.py, `BaseKVCacheMethod`, and the cache-write kernels). The scales come from the checkpoint
+# (calibrated, e.g. max|K| / 448 by llm-compressor); a checkpoint without them, like the embedded
+# one, gets 1.0 (vLLM warns about it). Its keys lie within ±5.2 and its values within ±3.3, and 98%
+# of both are above e4m3's smallest normal 2^-6, so 1.0 loses little here. The cache holds keys after Qwen3's k_norm and
+# RoPE, and the attention reads the current token's key and value from the cache too: they are
+# rounded as well. `fp8_kv_cache` does the same in a transformers cache.
+KV_SCALE = 1.0  # k_scale = v_scale of every layer: vLLM's value for a checkpoint without KV scales
+
+
+def fp8_kv_round(x: torch.Tensor, scale: float) -> torch.Tensor:
+    """One FP8 cache write and read: x (any shape) float → e4m3(clamp(x / scale, ±448)) · scale, float32."""
+    return (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8).float() * scale
+
+
+def fp8_kv_cache(num_layers: int, k_scale=KV_SCALE, v_scale=KV_SCALE):
+    """A transformers `Cache` that rounds keys and values to e4m3, for
+    ``model(..., past_key_values=fp8_kv_cache(n), use_cache=True)``.
+
+    num_layers: the model's decoder layers. k_scale, v_scale: one float for every layer, or a list
+    with one per layer. Each layer's update(key_states, value_states), (B, H_kv, t, head_dim) float,
+    keeps fp8_kv_round(x, scale), the numbers an FP8 cache would return (stored dequantized in
+    float32: memory is not the point here), and returns the whole cached K and V
+    (B, H_kv, t_total, head_dim). Raises ScrlError for a scale list of the wrong length or a scale
+    that is not > 0. (transformers is imported here, so `import scrl_min` does not load it.)
+    """
+    from transformers.cache_utils import Cache, DynamicLayer
+
+    class FP8KVLayer(DynamicLayer):
+        def __init__(self, k_scale: float, v_scale: float):
+            super().__init__()
+            self.k_scale, self.v_scale = k_scale, v_scale
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            return super().update(fp8_kv_round(key_states, self.k_scale),
+                                  fp8_kv_round(value_states, self.v_scale), *args, **kwargs)
+
+    ks = [k_scale] * num_layers if isinstance(k_scale, (int, float)) else list(k_scale)
+    vs = [v_scale] * num_layers if isinstance(v_scale, (int, float)) else list(v_scale)
+    if len(ks) != num_layers or len(vs) != num_layers or min(ks + vs) <= 0:
+        raise ScrlError(f"KV scales must be > 0, one per layer ({num_layers}): k {ks}, v {vs}")
+    return Cache(layers=[FP8KVLayer(k, v) for k, v in zip(ks, vs)])
 
 
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
@@ -1201,12 +1366,17 @@ class TorchSampler(_WeightQueue):
     """The policy as a rollout engine, with optional persistent weight noise (mismatch severity σ)
     and staleness s (weights lag by s pushes).
 
-    precision: "fp32" (an exact copy: on-policy) · "bf16" (weights rounded to bf16) · "fp8" (decoder
-    Linears W8A8 e4m3 via `FP8Linear`; embeddings, norms and the LM head bf16-rounded, as in vLLM's
-    FP8 checkpoints). Everything that is not an FP8 GEMM computes in float32: on CPUs without native
-    bf16, bf16 matmuls are ~10x slower than float32, and the rounding that matters for the mismatch
-    is the weights' and the FP8 operands'. fp8_backend: "scaled_mm" (torch._scaled_mm) or
-    "emulated" (same e4m3 values, float32 GEMM; ~3.5x faster on CPU), see `FP8Linear`.
+    precision: "fp32" (an exact copy: on-policy) · "bf16" (weights rounded to bf16) · a quantized
+    format of `FORMATS` ("fp8" = W8A8 e4m3, "fp8_e5m2", "int8", "int8_w8a8", "int4_g128",
+    "int4_g32"): the decoder Linears become `QuantLinear`s of that format; embeddings, norms and the
+    LM head stay bf16-rounded, as in vLLM's quantized checkpoints. Everything that is not a quantized
+    GEMM computes in float32: on CPUs without native bf16, bf16 matmuls are ~10x slower than
+    float32, and the rounding that matters for the mismatch is the weights' and the quantized
+    operands'. fp8_backend: "scaled_mm" (torch._scaled_mm) or "emulated" (same e4m3 values, float32
+    GEMM; ~3.5x faster on CPU) for the FP8 W8A8 formats; the others always run emulated.
+    kv_cache: "auto" (float32, transformers' own cache) or "fp8_e4m3" (keys and values rounded to
+    e4m3 with vLLM's per-layer scales, `fp8_kv_cache`), with any precision.
+    Raises ScrlError for an unknown precision or kv_cache, k outside [1, V], T <= 0.
 
     Usage: ``sampler.push_weights(trainer_model.state_dict())`` every step, then
     ``sampler.generate(prompts, max_new_tokens, eos_id, pad_id)``.
@@ -1214,51 +1384,62 @@ class TorchSampler(_WeightQueue):
 
     def __init__(self, config, precision: str = "fp8", k: int = 128, temperature: float = 1.0,
                  noise_std: float = 0.0, staleness: int = 0, seed: int = 0,
-                 fp8_backend: str = "scaled_mm"):
+                 fp8_backend: str = "scaled_mm", kv_cache: str = "auto"):
         from transformers import AutoModelForCausalLM
 
         if precision not in PRECISIONS:
             raise ScrlError(f"unknown sampler precision {precision!r}; choose one of {PRECISIONS}")
+        if kv_cache not in KV_CACHES:
+            raise ScrlError(f"unknown kv_cache {kv_cache!r}; choose one of {KV_CACHES}")
         if k < 1 or k > config.vocab_size:
             raise ScrlError(f"head size k={k} must be in [1, vocab size {config.vocab_size}]")
         if temperature <= 0:
             raise ScrlError(f"temperature must be > 0, got {temperature}")
         self._init_queue(staleness, noise_std, seed)
         self.precision, self.k, self.temperature = precision, k, temperature
-        self.vocab_size = config.vocab_size
+        self.kv_cache, self.vocab_size = kv_cache, config.vocab_size
         self.model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
-        self.fp8_layers = {}
-        if precision == "fp8":  # decoder Linears → FP8Linear; embeddings and LM head stay bf16
+        self.quant_layers = {}
+        if precision in FORMATS:  # decoder Linears → QuantLinear; embeddings and LM head stay bf16
+            backend = fp8_backend if FORMATS[precision].acts in FP8_GRIDS else "emulated"
             for name, mod in list(self.model.named_modules()):
                 if isinstance(mod, nn.Linear) and ".layers." in f".{name}":
                     parent, child = name.rsplit(".", 1)
-                    fp8 = FP8Linear(mod.in_features, mod.out_features, mod.bias is not None,
-                                    backend=fp8_backend)
-                    setattr(self.model.get_submodule(parent), child, fp8)
-                    self.fp8_layers[name] = fp8
+                    q = QuantLinear(mod.in_features, mod.out_features, mod.bias is not None,
+                                    fmt=precision, backend=backend)
+                    setattr(self.model.get_submodule(parent), child, q)
+                    self.quant_layers[name] = q
         # the numerics, for the run's metrics (the same keys as VLLMSampler.settings)
         self.settings = dict(engine="torch", platform="cpu", precision=precision,
-                             weights={"fp8": "fp8_e4m3 (W8A8)"}.get(precision, precision),
-                             kv_cache_dtype="float32", fp8_backend=self.fp8_backend, k=k,
-                             temperature=temperature)
+                             weights=FORMATS[precision].label if precision in FORMATS else precision,
+                             kv_cache_dtype="float32" if kv_cache == "auto" else kv_cache,
+                             fp8_backend=self.fp8_backend, k=k, temperature=temperature)
 
     @property
     def fp8_backend(self) -> str:
-        """"scaled_mm" or "emulated" for FP8 samplers, "none" otherwise."""
-        return next(iter(self.fp8_layers.values())).backend if self.fp8_layers else "none"
+        """"scaled_mm" or "emulated" for FP8 W8A8 samplers, "none" otherwise."""
+        fp8 = [q for q in self.quant_layers.values() if q.fmt.acts in FP8_GRIDS]
+        return fp8[0].backend if fp8 else "none"
+
+    def _new_kv_cache(self):
+        """A fresh KV cache for one `generate`: None (transformers makes its float32 cache) for
+        kv_cache "auto"; for "fp8_e4m3", `fp8_kv_cache` with vLLM's scales (`KV_SCALE`)."""
+        if self.kv_cache == "auto":
+            return None
+        return fp8_kv_cache(self.model.config.num_hidden_layers)
 
     @torch.no_grad()
     def _load(self, sd: dict) -> None:
         rest = {}
         for k, v in sd.items():
             layer = k.rsplit(".", 1)[0]
-            if layer in self.fp8_layers and k.endswith(".weight"):
-                self.fp8_layers[layer].set_weight(v, sd.get(f"{layer}.bias"))
-            elif not (layer in self.fp8_layers and k.endswith(".bias")):
-                # bf16 and fp8 samplers hold bf16-rounded weights outside the FP8 GEMMs
+            if layer in self.quant_layers and k.endswith(".weight"):
+                self.quant_layers[layer].set_weight(v, sd.get(f"{layer}.bias"))
+            elif not (layer in self.quant_layers and k.endswith(".bias")):
+                # bf16 and quantized samplers hold bf16-rounded weights outside the quantized GEMMs
                 rest[k] = v if self.precision == "fp32" else v.to(torch.bfloat16).float()
         missing, unexpected = self.model.load_state_dict(rest, strict=False)
-        missing = [m for m in missing if m.rsplit(".", 1)[0] not in self.fp8_layers]
+        missing = [m for m in missing if m.rsplit(".", 1)[0] not in self.quant_layers]
         if unexpected or [m for m in missing if "lm_head" not in m]:
             raise ScrlError(f"weight push does not fit the sampler: missing {missing[:5]}, "
                             f"unexpected {unexpected[:5]}")
@@ -1285,7 +1466,8 @@ class TorchSampler(_WeightQueue):
         head_logp = torch.full((B, T, k), float("-inf"))
         attn = prompt_mask.long()
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, use_cache=True)
+        out = self.model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos,
+                         past_key_values=self._new_kv_cache(), use_cache=True)
         alive = torch.ones(B, dtype=torch.bool)
         for t in range(T):
             logits = out.logits[:, -1, :].float()  # (B, V)
@@ -1346,14 +1528,18 @@ PROBE_TEXT = ("def read_config(path, mode='r'):\n    \"\"\"Read a config file an
 def vllm_precision_for(sampler_precision: str, choice: str = "auto") -> str:
     """The vLLM numerics for a sampler precision. choice "auto": the bf16 reference → "bf16"; FP8 arms → "fp8"
     (FP8 weights + FP8 KV cache) on a GPU, "fp8_kv" on a CPU that supports it (AVX-512 or AMX).
-    Any other choice is used as is. Raises ScrlError for an unknown choice, or for "auto" with an FP8
-    arm on a CPU that has no FP8 path (then the only vLLM numerics are bf16: say so explicitly)."""
+    Any other choice is used as is. Raises ScrlError for an unknown choice, for "auto" with an FP8
+    arm on a CPU that has no FP8 path (then the only vLLM numerics are bf16: say so explicitly), and
+    for "auto" with a torch-only format (fp8_e5m2, int8, int4: vLLM's numerics here are not those)."""
     if choice != "auto":
         if choice not in VLLM_PRECISIONS:
             raise ScrlError(f"unknown vllm_precision {choice!r}; choose auto or one of {VLLM_PRECISIONS}")
         return choice
-    if sampler_precision != "fp8":
+    if sampler_precision in ("bf16", "fp32"):
         return "bf16"
+    if sampler_precision != "fp8":
+        raise ScrlError(f"sampler_precision {sampler_precision!r} is a torch sampler format; vLLM here "
+                        f"runs {VLLM_PRECISIONS}: set vllm_precision, or use sampler='torch'")
     if torch.cuda.is_available():
         return "fp8"
     if cpu_supports_fp8_kv():

@@ -75,7 +75,7 @@ class ScoreCenteringConfig(GRPOConfig):
         "help": "Add the score-centering term to the loss (False: TRL's loss alone, no score_centering/* metrics)."})
     score_centering_top_k: int = field(default=128, metadata={
         "help": "Head size k: top-k sampler log-probs per generated token (min(k, vocab size) are used)."})
-    sampler_precision: str = field(default="fp8", metadata={"help": "TorchSampler numerics: fp8 | bf16 | fp32."})
+    sampler_precision: str = field(default="fp8", metadata={"help": "TorchSampler numerics: one of scrl_min.PRECISIONS."})
     sampler_noise_std: float = field(default=0.1, metadata={
         "help": "σ: persistent relative weight noise on the sampler (the mismatch knob); 0 turns it off."})
     sampler_fp8_backend: str = field(default="emulated", metadata={"help": "FP8 GEMMs: emulated | scaled_mm."})

@@ -70,11 +70,14 @@ def test_fp8_backends_agree():
 
 
 # ─── the sampler contract ───────────────────────────────────────────────────────────────────────
-@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp8"])
-def test_rollout_contract_against_teacher_forced_forward(policy, precision):
+@pytest.mark.parametrize("precision,kv_cache", [("fp32", "auto"), ("bf16", "auto"), ("fp8", "auto"),
+                                               ("fp8_e5m2", "auto"), ("int8_w8a8", "auto"),
+                                               ("int4_g32", "auto"), ("bf16", "fp8_e4m3"),
+                                               ("int4_g128", "fp8_e4m3")])
+def test_rollout_contract_against_teacher_forced_forward(policy, precision, kv_cache):
     model, tok = policy
     T, k, temp = 8, 16, 0.7
-    s = TorchSampler(model.config, precision=precision, k=k, temperature=temp, seed=0)
+    s = TorchSampler(model.config, precision=precision, k=k, temperature=temp, seed=0, kv_cache=kv_cache)
     s.push_weights(model.state_dict())
     prompts = prompts_of(tok, 3)
     ro = s.generate(prompts, T, tok.eos_token_id, tok.pad_token_id, torch.Generator().manual_seed(0))
@@ -84,18 +87,20 @@ def test_rollout_contract_against_teacher_forced_forward(policy, precision):
     assert ro.head_ids.shape == (B, T, k) and ro.head_logp.shape == (B, T, k)
     assert ro.head_logp.dtype == torch.float32 and ro.completion_mask.dtype == torch.bool
     # independent: one teacher-forced forward of the sampler's own model over prompt + completion
+    # (through a fresh FP8 KV cache when the sampler has one: it rounds every key and value)
     ids = torch.cat([ro.prompt_ids, ro.completion_ids], 1)
     attn = torch.cat([ro.prompt_mask, ro.completion_mask], 1).long()
+    cache = None if kv_cache == "auto" else scrl_min.core.fp8_kv_cache(model.config.num_hidden_layers)
     with torch.no_grad():
-        logits = s.model(input_ids=ids, attention_mask=attn,
-                         position_ids=(attn.cumsum(-1) - 1).clamp(min=0)).logits.double()
+        logits = s.model(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0),
+                         past_key_values=cache, use_cache=cache is not None).logits.double()
     P = ro.prompt_ids.shape[1]
     full = torch.log_softmax(logits[:, P - 1:P - 1 + T] / temp, -1)  # (B, T, V)
     m = ro.completion_mask
     ref_y = full.gather(-1, ro.completion_ids[..., None]).squeeze(-1)
     # cached decoding vs one full forward: exact in fp32; with rounded operands, float32 summation
     # order can flip an e4m3/bf16 rounding, so check the mean tightly and the worst case loosely
-    tol_max, tol_mean = {"fp32": (1e-4, 1e-5), "bf16": (0.08, 0.005), "fp8": (0.3, 0.02)}[precision]
+    tol_max, tol_mean = {"fp32": (1e-4, 1e-5), "bf16": (0.08, 0.005)}.get(precision, (0.3, 0.02))
     ref_head = full.gather(-1, ro.head_ids)
     for ref, got in [(ref_y, ro.sampler_logp), (ref_head, ro.head_logp)]:
         err = (ref - got.double())[m].abs()
