@@ -408,3 +408,35 @@ def test_a_run_names_its_format_in_every_metrics_line(tmp_path):
         assert r["sampler_precision"] == "int4_g32" and r["sampler_weights"] == FORMATS["int4_g32"].label
         assert r["sampler_kv_cache"] == "fp8_e4m3" and r["fp8_backend"] == "none"
         assert r["kl_k3"] > 1e-4  # a real mismatch
+
+
+# ─── the emulation's shortcuts: same numbers as the plain path ──────────────────────────────────
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_code_values_table_equals_the_cast_for_all_bit_patterns(dtype):
+    codes = torch.arange(256, dtype=torch.uint8).view(dtype).reshape(16, 16)
+    got, ref = scrl_min.core.code_values(codes), codes.float()
+    assert got.dtype == torch.float32
+    assert torch.equal(got.isnan(), ref.isnan()) and torch.equal(got[~ref.isnan()], ref[~ref.isnan()])
+
+
+def test_shared_activation_quantization_is_invalidated_by_a_new_or_changed_input():
+    """q/k/v (and gate/up) reuse the quantized activations of the same input tensor; another tensor,
+    or the same one modified in place, is quantized again (reference: a fresh layer per call)."""
+    torch.manual_seed(4)
+    w1, w2, x = torch.randn(16, 32), torch.randn(8, 32), torch.randn(5, 32)
+    a, b = QuantLinear(32, 16, False, "fp8"), QuantLinear(32, 8, False, "fp8")
+    a.set_weight(w1)
+    b.set_weight(w2)
+
+    def fresh(w, x):  # same format, nothing shared
+        q = QuantLinear(w.shape[1], w.shape[0], False, "fp8")
+        q.set_weight(w)
+        QuantLinear._acts_memo = (None, -1, None, None)
+        return q(x)
+
+    assert torch.equal(a(x), fresh(w1, x)) and torch.equal(b(x), fresh(w2, x))
+    ya = a(x)
+    x.mul_(3.0)  # in place: the memo must not serve the old quantization
+    assert torch.equal(b(x), fresh(w2, x)) and not torch.equal(a(x), ya)
+    y = x.clone()  # equal values, another tensor
+    assert torch.equal(a(y), fresh(w1, y))
