@@ -90,7 +90,7 @@ class RolloutError(ScrlError):
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 WEIGHTINGS = ("none", "is", "tis", "mis", "icepop")
 LEVELS = ("token", "sequence")  # where the importance weight applies: per token, or per sequence (GSPO)
-ADVANTAGE_MODES = ("raw", "signed", "grpo")
+ADVANTAGE_MODES = ("raw", "signed", "grpo", "centered")
 # sampler numerics: fp32 and bf16, and the quantized formats of the decoder Linears (`FORMATS`)
 PRECISIONS = ("fp32", "bf16", "fp8", "fp8_e5m2", "int8", "int8_w8a8", "int4_g128", "int4_g32")
 KV_CACHES = ("auto", "fp8_e4m3")  # the torch sampler's KV cache: float32, or FP8 as vLLM's (`fp8_kv_cache`)
@@ -130,12 +130,16 @@ class TrainConfig:
     weight_level: str = "token"  # token: f(r) per token · sequence: one GSPO-style f(s_i) per sequence
     tis_cap: float = 2.0  # C of TIS
     mis_band: tuple = (0.5, 5.0)  # [lo, hi] of MIS / IcePop
-    advantage_mode: str = "raw"  # raw (A = r) | signed (A = 2r − 1) | grpo ((r − mean_G) / std_G)
+    advantage_mode: str = "raw"  # raw (A = r) | signed (2r − 1) | grpo ((r − mean_G) / std_G) | centered (2(r − mean_G))
     # --- optimization
     steps: int = 300  # RL steps (one optimizer step each)
     optimizer: str = "sgd"  # sgd | adam
     lr: float = 0.5  # learning rate
     max_grad_norm: float = 0.0  # clip the global grad norm here; 0 disables clipping
+    # --- clean evaluation and measurements
+    eval_every: int = 10  # steps between clean evaluations (and after the last step); 0 turns them off
+    eval_prompts: int = 64  # held-out prompts (never trained on) of the clean evaluation, one completion each
+    measure_drift: bool = True  # log the exact drift and signal (full-vocabulary q and p; torch sampler only)
     # --- bookkeeping
     checkpoint_every: int = 25  # steps between checkpoints (and always at the end)
     progress: bool = True  # progress bar over steps
@@ -157,6 +161,10 @@ RUN_BOOKKEEPING = ("steps", "progress", "out_dir", "checkpoint_every")
 # Fields added after runs were named: left out of config_id while they hold their default, so every
 # config that existed before them keeps its id (and its run folder resumes).
 HASHED_UNLESS_DEFAULT = ("kv_cache",)
+# Bumped when the trainer makes different runs from the same config (v2: paired random streams and
+# held-out prompts), so that config_id names new folders and an old run is never resumed as a new one.
+TRAINER_VERSION = 2
+EVAL_SEED = 10_007  # seeds the held-out prompt set (the same for every seed and arm)
 
 
 def arm_config(arm: str, **fields) -> TrainConfig:
@@ -181,6 +189,7 @@ def config_id(cfg: TrainConfig) -> str:
     default = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     d = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in RUN_BOOKKEEPING
          and not (k in HASHED_UNLESS_DEFAULT and v == default[k])}
+    d["trainer_version"] = TRAINER_VERSION
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:8]
 
 
@@ -581,12 +590,20 @@ def reduce_loss(per_token: torch.Tensor, mask: torch.Tensor, reduction: str = "t
 def compute_advantages(rewards: torch.Tensor, group_size: int, mode: str) -> torch.Tensor:
     """Advantages (N,) from rewards (N,) ordered as consecutive GRPO groups of `group_size`.
 
-    raw: A = r · signed: A = 2r − 1 · grpo: A = (r − mean_G r) / (std_G r + 1e-4). Raises ScrlError.
+    raw: A = r · signed: A = 2r − 1 · grpo: A = (r − mean_G r) / (std_G r + 1e-4) · centered: the
+    paper's recipe, ±1-style rewards 2r − 1 centred per group without std scaling (as Dr. GRPO),
+    A = (2r − 1) − mean_G(2r − 1) = 2 (r − mean_G r). Raises ScrlError.
     """
     if mode == "raw":
         return rewards.clone()
     if mode == "signed":
         return 2.0 * rewards - 1.0
+    if mode == "centered":
+        if group_size < 2 or rewards.numel() % group_size:
+            raise ScrlError(f"centered advantages need groups of >= 2 that split {rewards.numel()} "
+                            f"rewards, got group_size {group_size}")
+        g = 2.0 * rewards.view(-1, group_size) - 1.0
+        return (g - g.mean(1, keepdim=True)).view(-1)
     if mode == "grpo":
         if group_size < 2:
             raise ScrlError(f"grpo advantages need group_size >= 2, got {group_size}")
@@ -621,6 +638,7 @@ class Rollout:
     sampler_logp: torch.Tensor
     head_ids: torch.Tensor
     head_logp: torch.Tensor
+    full_logq: Optional[torch.Tensor] = None  # (B, T, V) float32 log q over the vocabulary, if asked
 
 
 def validate_rollout(ro: Rollout, vocab_size: int, exact_support: bool = False) -> None:
@@ -705,18 +723,19 @@ def task_user_message(code_prefix: str) -> str:
             "can:\n" + code_prefix)
 
 
-def make_task_dataset(n_prompts: int = 64, seed: int = 0):
+def make_task_dataset(n_prompts: int = 64, seed: int = 0, exclude=()):
     """The task as a ``datasets.Dataset`` with columns ``prompt`` (user message, str) and ``prefix``.
 
     Prompts are function heads built from fixed word lists, so the dataset is identical on every
-    machine. Raises ScrlError if n_prompts < 1.
+    machine. `exclude`: prefixes never drawn (the held-out evaluation set). Raises ScrlError if
+    n_prompts < 1.
     """
     import datasets
 
     if n_prompts < 1:
         raise ScrlError(f"n_prompts must be >= 1, got {n_prompts}")
     rng = random.Random(seed)
-    rows, seen = [], set()
+    rows, seen = [], set(exclude)
     while len(rows) < n_prompts:
         head = f"def {rng.choice(_VERBS)}_{rng.choice(_NOUNS)}({rng.choice(_ARGS)}):\n    "
         if head in seen and len(seen) < len(_VERBS) * len(_NOUNS) * len(_ARGS):
@@ -757,8 +776,9 @@ def load_policy(model: str):
     return policy, tok
 
 
-def trainer_logprobs(model, ro: Rollout, temperature: float):
-    """Trainer log-probs at the sampling temperature: (logp (B, T), logp_head (B, T, k)), with grad.
+def trainer_logprobs(model, ro: Rollout, temperature: float, full: bool = False):
+    """Trainer log-probs at the sampling temperature: (logp (B, T), logp_head (B, T, k)), with grad;
+    with full=True also the whole vocabulary's log p (B, T, V), detached, for measurements.
 
     Position alignment: the logits at row (P − 1 + t) of prompt+completion score completion token t.
     The G rows of a GRPO group share their prompt, so each distinct prompt is run once and its KV cache
@@ -782,7 +802,48 @@ def trainer_logprobs(model, ro: Rollout, temperature: float):
         logits = torch.cat([logits, rest], dim=1)  # (B, T, V): row t predicts completion token t
     both = torch.cat([ro.completion_ids[..., None], ro.head_ids], dim=-1)  # (B, T, 1 + k)
     lp = gather_logprobs(logits, both, temperature)
+    if full:
+        return lp[..., 0], lp[..., 1:], torch.log_softmax(logits.detach().float() / temperature, -1)
     return lp[..., 0], lp[..., 1:]
+
+
+def drift_and_signal(full_logq: torch.Tensor, full_logp: torch.Tensor, ids: torch.Tensor,
+                     adv: torch.Tensor, mask: torch.Tensor, group_size: int) -> dict:
+    """The drift/signal split of the policy-gradient step in logit space, measured exactly over the
+    vocabulary (V is small enough here to hold the sampler's and the trainer's full distributions).
+
+    Per generated token the plain step's logit-space score is A (e_y − p) = A (e_y − q) + A (q − p):
+    the centered part, whose expectation over y ~ q is the signal Cov_q(A, e_y), and the drift part,
+    whose expectation is E_q[A] · (q − p). Inputs: full_logq, full_logp (B, T, V) float32 log q and
+    log p at the sampling temperature; ids (B, T) sampled tokens; adv (B,) advantages; mask (B, T);
+    rows ordered as consecutive GRPO groups of `group_size`. Returns floats:
+
+    drift_norm   mean over tokens of |A| ‖q − p‖₂: the drift's size per token (its expectation is
+                 ‖E_q[A](q − p)‖ when A ≥ 0, raw rewards; an upper bound otherwise)
+    drift_first, signal_first  at the first completion token, where the G rollouts of a group share
+                 the prefix: unbiased estimates (U-statistics over pairs i ≠ j of the group) of
+                 ‖E_q[A] (q − p)‖² and ‖Cov_q(A, e_y)‖², averaged over groups, then the square root
+                 (0 where the estimate of the square is negative)
+    tv_qp        mean over tokens of ½ ‖q − p‖₁ (total variation), kl_qp  mean of KL(q‖p), exact
+    """
+    q, m = full_logq.exp(), mask
+    diff = q - full_logp.exp()  # (B, T, V)
+    A = adv[:, None].expand_as(ids)  # (B, T)
+    out = dict(drift_norm=(A.abs() * diff.norm(dim=-1))[m].mean().item(),
+               tv_qp=(0.5 * diff.abs().sum(-1))[m].mean().item(),
+               kl_qp=(q * (full_logq - full_logp)).sum(-1)[m].mean().item())
+    G = group_size
+    if G >= 2 and ids.shape[0] % G == 0:
+        e_y = torch.zeros_like(q[:, 0]).scatter_(-1, ids[:, :1], 1.0)  # (B, V) first token
+        X = (adv[:, None] * (e_y - q[:, 0])).view(-1, G, q.shape[-1])  # signal samples per group
+        Y = (adv[:, None] * diff[:, 0]).view(-1, G, q.shape[-1])  # drift samples per group
+
+        def pair_mean_sq(Z):  # Σ_{i≠j} Z_i·Z_j / (G (G − 1)), per group: unbiased ‖E Z‖²
+            return ((Z.sum(1).pow(2).sum(-1) - Z.pow(2).sum((1, 2))) / (G * (G - 1))).mean().item()
+
+        out["drift_first"] = math.sqrt(max(0.0, pair_mean_sq(Y)))
+        out["signal_first"] = math.sqrt(max(0.0, pair_mean_sq(X)))
+    return out
 
 
 def read_metrics(path) -> list:
@@ -803,8 +864,11 @@ class Trainer:
                             f"{ADVANTAGE_MODES}")
         if cfg.optimizer not in OPTIMIZERS:
             raise ScrlError(f"unknown optimizer {cfg.optimizer!r}; choose sgd or adam")
-        if cfg.advantage_mode == "grpo" and cfg.group_size < 2:
-            raise ScrlError(f"grpo advantages need group_size >= 2, got {cfg.group_size}")
+        if cfg.eval_every < 0 or (cfg.eval_every > 0 and cfg.eval_prompts < 1):
+            raise ScrlError(f"eval_every must be >= 0 and eval_prompts >= 1, got {cfg.eval_every}, "
+                            f"{cfg.eval_prompts}")
+        if cfg.advantage_mode in ("grpo", "centered") and cfg.group_size < 2:
+            raise ScrlError(f"{cfg.advantage_mode} advantages need group_size >= 2, got {cfg.group_size}")
         if cfg.weight_level not in LEVELS:
             raise ScrlError(f"unknown weight_level {cfg.weight_level!r}; choose one of {LEVELS}")
         if cfg.weighting not in WEIGHTINGS:
@@ -837,10 +901,20 @@ class Trainer:
                 kv_cache_gib=0.5)
         else:
             raise ScrlError(f"unknown sampler {cfg.sampler!r}; choose torch or vllm")
-        self.dataset = make_task_dataset(cfg.n_prompts, seed=cfg.seed)
+        # held-out prompts for the clean evaluation (one set for every seed and arm), never trained on
+        self.eval_set = make_task_dataset(cfg.eval_prompts, seed=EVAL_SEED) if cfg.eval_every > 0 else None
+        held_out = self.eval_set["prefix"] if self.eval_set is not None else ()
+        self.dataset = make_task_dataset(cfg.n_prompts, seed=cfg.seed, exclude=held_out)
         self.prompt_ids = [self._encode(p) for p in self.dataset["prompt"]]
+        if self.eval_set is not None:  # the trainer's own policy as the sampler: no mismatch
+            self.eval_prompt_ids = [self._encode(p) for p in self.eval_set["prompt"]]
+            self.eval_sampler = TorchSampler(self.policy.config, precision="fp32", k=1,
+                                             temperature=cfg.temperature)
         opt_cls = torch.optim.SGD if cfg.optimizer == "sgd" else torch.optim.Adam
         self.opt = opt_cls(self.policy.parameters(), lr=cfg.lr)
+        # Paired random streams: a seed gives every arm the same prompt order (self.gen, one draw of
+        # the same size per step), the same sampling seed at each step and the same noise draw
+        # (seeded by cfg.seed in the sampler); sampling never advances the prompt stream.
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.step = 0
         self.eos_id = self.tok.eos_token_id
@@ -900,23 +974,46 @@ class Trainer:
         cfg_path.write_text(json.dumps(mine, indent=1))
 
     # --- one RL step -----------------------------------------------------------------------------
-    def train_step(self) -> dict:
-        cfg, t0 = self.cfg, time.time()
-        # 1. prompts: prompts_per_step distinct prompts, each repeated G times (a GRPO group)
-        pick = torch.randperm(len(self.prompt_ids), generator=self.gen)[:cfg.prompts_per_step]
-        prompts = [self.prompt_ids[i] for i in pick.tolist() for _ in range(cfg.group_size)]
-        # 2. rollout on the sampler (FP8 / bf16, maybe noisy, maybe stale)
-        ro = self.sampler.generate(prompts, cfg.max_new_tokens, self.eos_id, self.tok.pad_token_id,
-                                   generator=self.gen)
-        # 3. rewards from the verifier, advantages per mode
+    def _rewards(self, ro: Rollout) -> torch.Tensor:
+        """The verifier's reward of each completion of a rollout, (B,) float32."""
         texts = self.tok.batch_decode(ro.completion_ids.masked_fill(~ro.completion_mask,
                                                                      self.tok.pad_token_id),
                                       skip_special_tokens=True)
-        rewards = torch.tensor([distinct_names_reward(t, cfg.names_target) for t in texts])
+        return torch.tensor([distinct_names_reward(t, self.cfg.names_target) for t in texts])
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """Clean evaluation: the trainer's own policy (an exact float32 copy as the sampler, no noise,
+        no staleness) on the held-out prompts, one completion each, with the same sampling seed at
+        every evaluation and in every arm of a seed. Returns eval_reward, eval_reward_std and
+        eval_len (mean completion length, tokens)."""
+        self.eval_sampler.push_weights(self.policy.state_dict())
+        g = torch.Generator().manual_seed(EVAL_SEED * 1_000_003 + self.cfg.seed)
+        ro = self.eval_sampler.generate(self.eval_prompt_ids, self.cfg.max_new_tokens, self.eos_id,
+                                        self.tok.pad_token_id, generator=g)
+        r = self._rewards(ro)
+        return dict(eval_reward=r.mean().item(), eval_reward_std=r.std().item(),
+                    eval_len=ro.completion_mask.sum(1).float().mean().item())
+
+    def train_step(self) -> dict:
+        cfg, t0 = self.cfg, time.time()
+        evals = {}
+        if self.eval_set is not None and self.step == 0:  # the starting point, same for every arm
+            evals = {f"{k}_init": v for k, v in self.evaluate().items()}
+        # 1. prompts: prompts_per_step distinct prompts, each repeated G times (a GRPO group)
+        pick = torch.randperm(len(self.prompt_ids), generator=self.gen)[:cfg.prompts_per_step]
+        prompts = [self.prompt_ids[i] for i in pick.tolist() for _ in range(cfg.group_size)]
+        # 2. rollout on the sampler (FP8 / bf16, maybe noisy, maybe stale), with this step's seed
+        measure = cfg.measure_drift and isinstance(self.sampler, TorchSampler)
+        g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.step)
+        ro = self.sampler.generate(prompts, cfg.max_new_tokens, self.eos_id, self.tok.pad_token_id,
+                                   generator=g, **({"full_logq": True} if measure else {}))
+        # 3. rewards from the verifier, advantages per mode
+        rewards = self._rewards(ro)
         adv = compute_advantages(rewards, cfg.group_size, cfg.advantage_mode)  # (B,)
         # 4. trainer log-probs at the sampling temperature, the loss, one optimizer step
         self.policy.train()
-        logp, logp_head = trainer_logprobs(self.policy, ro, cfg.temperature)
+        logp, logp_head, *full_logp = trainer_logprobs(self.policy, ro, cfg.temperature, full=measure)
         per_token, d = score_centered_pg_loss(
             logp, logp_head, ro.sampler_logp, ro.head_logp, adv, ro.completion_mask,
             weighting=cfg.weighting, centering=cfg.centering, tis_cap=cfg.tis_cap,
@@ -948,10 +1045,16 @@ class Trainer:
             rho_mean=d["rho"][m].mean().item(),
             rho_at_bound=d["rho_at_bound"][m].mean().item(),  # share of tokens whose ρ is a bound
             grad_norm=grad_norm.item(),
-            adv_mean=adv.mean().item(), seconds=time.time() - t0,
+            adv_mean=adv.mean().item(),
+            **(drift_and_signal(ro.full_logq, full_logp[0], ro.completion_ids, adv, m, cfg.group_size)
+               if measure else {}),
+            **evals,
             **self._sampler_record,
         )
         self.step += 1
+        if self.eval_set is not None and (self.step % cfg.eval_every == 0 or self.step == cfg.steps):
+            rec.update(self.evaluate())  # the policy after this step's update (self.step updates)
+        rec["seconds"] = time.time() - t0
         return rec
 
     def train(self) -> list:
@@ -1496,10 +1599,11 @@ class TorchSampler(_WeightQueue):
 
     @torch.no_grad()
     def generate(self, prompts: list, max_new_tokens: int, eos_id: int, pad_id: int,
-                 generator: Optional[torch.Generator] = None) -> Rollout:
+                 generator: Optional[torch.Generator] = None, full_logq: bool = False) -> Rollout:
         """Sample one completion per prompt (list of token-id lists) at `self.temperature`.
 
-        Returns a validated `Rollout` with k = self.k head entries per generated token.
+        Returns a validated `Rollout` with k = self.k head entries per generated token, and with
+        full_logq=True also the whole vocabulary's log q (B, T, V) (for measurements: 4·B·T·V bytes).
         Raises RolloutError (naming sequence and position) if the sampler produces NaN logits.
         """
         if not self._queue:
@@ -1512,6 +1616,7 @@ class TorchSampler(_WeightQueue):
         logq = torch.zeros(B, T)
         head_ids = torch.zeros(B, T, k, dtype=torch.long)
         head_logp = torch.full((B, T, k), float("-inf"))
+        full = torch.zeros(B, T, self.vocab_size) if full_logq else None
         attn = prompt_mask.long()
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         # prefill each distinct prompt once (the G rows of a GRPO group share one) and give every row
@@ -1536,6 +1641,8 @@ class TorchSampler(_WeightQueue):
             logq[:, t] = torch.where(alive, lq.gather(-1, y[:, None]).squeeze(-1), 0.0)
             head_ids[:, t] = top.indices
             head_logp[:, t] = torch.where(alive[:, None], top.values, float("-inf"))
+            if full is not None:
+                full[:, t] = lq
             alive = alive & (y != eos_id)
             if not alive.any() or t == T - 1:
                 break
@@ -1543,7 +1650,7 @@ class TorchSampler(_WeightQueue):
             pos = pos[:, -1:] + 1
             out = self.model(input_ids=ids[:, t:t + 1], attention_mask=attn, position_ids=pos,
                              past_key_values=out.past_key_values, use_cache=True)
-        ro = Rollout(prompt_ids, prompt_mask, ids, cmask, logq, head_ids, head_logp)
+        ro = Rollout(prompt_ids, prompt_mask, ids, cmask, logq, head_ids, head_logp, full)
         validate_rollout(ro, self.vocab_size)
         return ro
 

@@ -367,18 +367,20 @@ def test_int4_weight_error_shrinks_with_the_group(policy):
 
 
 # ─── configuration ──────────────────────────────────────────────────────────────────────────────
-def test_config_ids_of_existing_runs_do_not_change():
-    """kv_cache at its default is left out of config_id: the ids of runs named before it existed
-    stay (these are the arm presets' ids computed before, with the model given as a relative path:
-    the default model is an absolute path, so ids depend on where the repository is); a set kv_cache
-    gives a new id."""
-    before = {"bf16": "e13c1310", "plain": "7edd0a18", "tis": "f55bdfe1", "mis": "c2c93223",
-              "sc": "09f8d95c", "sc_tis": "e7b07ab9", "sc_mis": "c7c34133"}
+def test_config_ids_name_new_folders_for_trainer_v2_and_kv_cache():
+    """The ids of runs made by the first trainer (these are its arm presets' ids, with the model given
+    as a relative path: the default model is an absolute path, so ids depend on where the repository
+    is) are never reused, because the trainer now makes other runs from the same config (paired
+    random streams, held-out prompts): an old run folder is not resumed as a new run. A set kv_cache
+    or another format gives another id."""
+    v1 = {"bf16": "e13c1310", "plain": "7edd0a18", "tis": "f55bdfe1", "mis": "c2c93223",
+          "sc": "09f8d95c", "sc_tis": "e7b07ab9", "sc_mis": "c7c34133"}
     model = "models/qwen3-tiny-code"
-    assert {a: config_id(scrl_min.arm_config(a, model=model)) for a in before} == before
+    now = {a: config_id(scrl_min.arm_config(a, model=model)) for a in v1}
+    assert not set(now.values()) & set(v1.values()) and len(set(now.values())) == len(v1)
     plain = scrl_min.arm_config("plain", model=model)
-    assert config_id(dataclasses.replace(plain, kv_cache="fp8_e4m3")) != before["plain"]
-    assert config_id(dataclasses.replace(plain, sampler_precision="int4_g32")) != before["plain"]
+    assert config_id(dataclasses.replace(plain, kv_cache="fp8_e4m3")) != now["plain"]
+    assert config_id(dataclasses.replace(plain, sampler_precision="int4_g32")) != now["plain"]
 
 
 def test_unknown_formats_name_the_choices(policy, tmp_path):

@@ -254,7 +254,7 @@ def test_reward_verifier():
 
 
 # ─── the trainer: a real run, parameters move, resume loses nothing ─────────────────────────────
-SMALL = dict(prompts_per_step=2, group_size=3, max_new_tokens=6, k=16, progress=False,
+SMALL = dict(prompts_per_step=2, group_size=3, max_new_tokens=6, k=16, progress=False, eval_prompts=6,
              checkpoint_every=2, lr=0.5)
 
 

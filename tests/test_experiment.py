@@ -1,0 +1,144 @@
+"""What the experiments rest on: the paper's advantage recipe, the exact drift/signal measurement,
+paired random streams across arms, and the clean evaluation on held-out prompts.
+
+References are independent: advantages and the drift/signal split written out with Python loops in
+float64 (pairs enumerated one by one), the clean evaluation against a fresh float32 sampler built by
+hand, pairing checked on what two arms actually drew.
+"""
+import itertools
+import math
+
+import pytest
+import torch
+
+import scrl_min
+from scrl_min import ScrlError, TorchSampler, Trainer, compute_advantages, drift_and_signal
+
+SMALL = dict(prompts_per_step=2, group_size=3, max_new_tokens=6, k=16, progress=False, eval_prompts=6,
+             checkpoint_every=2, lr=0.5, steps=3, eval_every=2)
+
+
+# ─── the paper's advantage recipe ───────────────────────────────────────────────────────────────
+def test_centered_advantages_are_the_papers_recipe():
+    r = torch.tensor([0.0, 0.5, 1.0, 0.25, 0.25, 0.25, 1.0, 0.0])
+    got = compute_advantages(r, 4, "centered")
+    for g in range(2):
+        signed = [2 * x - 1 for x in r[4 * g:4 * g + 4].tolist()]  # ±1-style
+        mean = sum(signed) / 4
+        for i in range(4):
+            assert got[4 * g + i].item() == pytest.approx(signed[i] - mean, abs=1e-7)
+    assert got[4:8].abs().max() > 0 and torch.allclose(got.view(2, 4).sum(1), torch.zeros(2), atol=1e-6)
+    assert not torch.allclose(got, compute_advantages(r, 4, "grpo"))  # no std scaling
+    with pytest.raises(ScrlError, match="centered advantages need groups"):
+        compute_advantages(r, 3, "centered")
+
+
+# ─── the measured drift and signal ──────────────────────────────────────────────────────────────
+def brute_drift_signal(logq, logp, ids, adv, mask, G):
+    """The definitions, one token and one pair at a time, float64."""
+    q, p = logq.double().exp(), logp.double().exp()
+    B, T, V = q.shape
+    drift, tv, kl, n = 0.0, 0.0, 0.0, 0
+    for b in range(B):
+        for t in range(T):
+            if not mask[b, t]:
+                continue
+            d = [q[b, t, v].item() - p[b, t, v].item() for v in range(V)]
+            drift += abs(adv[b].item()) * math.sqrt(sum(x * x for x in d))
+            tv += 0.5 * sum(abs(x) for x in d)
+            kl += sum(q[b, t, v].item() * (logq[b, t, v].item() - logp[b, t, v].item()) for v in range(V))
+            n += 1
+    sig_sq, dr_sq = [], []
+    for g in range(B // G):
+        rows = range(g * G, (g + 1) * G)
+        X = {i: [adv[i].item() * ((v == ids[i, 0].item()) - q[i, 0, v].item()) for v in range(V)] for i in rows}
+        Y = {i: [adv[i].item() * (q[i, 0, v].item() - p[i, 0, v].item()) for v in range(V)] for i in rows}
+        pairs = [(i, j) for i, j in itertools.permutations(rows, 2)]
+        sig_sq.append(sum(sum(a * b for a, b in zip(X[i], X[j])) for i, j in pairs) / len(pairs))
+        dr_sq.append(sum(sum(a * b for a, b in zip(Y[i], Y[j])) for i, j in pairs) / len(pairs))
+    return dict(drift_norm=drift / n, tv_qp=tv / n, kl_qp=kl / n,
+                drift_first=math.sqrt(max(0.0, sum(dr_sq) / len(dr_sq))),
+                signal_first=math.sqrt(max(0.0, sum(sig_sq) / len(sig_sq))))
+
+
+@pytest.mark.parametrize("mode", ["raw", "grpo"])
+def test_drift_and_signal_against_their_definitions(mode):
+    g = torch.Generator().manual_seed(11)
+    B, T, V, G = 6, 4, 9, 3
+    z = torch.randn(B, 1, V, generator=g).expand(B, T, V).clone()
+    z[:, 1:] += torch.randn(B, T - 1, V, generator=g)  # the first token's prefix is shared per group
+    z[:, 0] = z[::G, 0].repeat_interleave(G, 0)
+    logq = torch.log_softmax(z, -1)
+    logp = torch.log_softmax(z + 0.3 * torch.randn(B, 1, V, generator=g), -1)  # the trainer differs
+    logp[:, 0] = logp[::G, 0].repeat_interleave(G, 0)
+    ids = torch.randint(0, V, (B, T), generator=g)
+    r = torch.rand(B, generator=g)
+    adv = compute_advantages(r, G, mode)
+    mask = torch.ones(B, T, dtype=torch.bool)
+    mask[2, 2:] = False
+    got = drift_and_signal(logq, logp, ids, adv, mask, G)
+    ref = brute_drift_signal(logq, logp, ids, adv, mask, G)
+    for key in ref:
+        assert got[key] == pytest.approx(ref[key], rel=1e-5, abs=1e-7), key
+    # no mismatch: no drift, whatever the advantages
+    zero = drift_and_signal(logq, logq, ids, adv, mask, G)
+    assert zero["drift_norm"] == 0 and zero["drift_first"] == 0 and zero["tv_qp"] == 0
+
+
+# ─── paired arms, clean evaluation ──────────────────────────────────────────────────────────────
+def test_a_seed_pairs_every_arm_prompts_sampling_seeds_and_noise(tmp_path):
+    """Arms of one seed draw the same prompts at every step, sample with the same seed at every step
+    (so two arms whose samplers hold the same weights draw the same tokens) and the same noise."""
+    drawn = {}
+    for arm in ("plain", "sc", "mis"):
+        tr = Trainer(scrl_min.arm_config(arm, out_dir=str(tmp_path / arm), **SMALL))
+        prompts, tokens = [], []
+        real_generate = tr.sampler.generate
+
+        def spy(prompts_in, *a, **kw):
+            ro = real_generate(prompts_in, *a, **kw)
+            prompts.append(prompts_in)
+            tokens.append(ro.completion_ids.clone())
+            return ro
+
+        tr.sampler.generate = spy
+        tr.train()
+        drawn[arm] = (prompts, tokens, {k: v.clone() for k, v in tr.sampler._noise.items()})
+    (p0, t0, n0), (p1, t1, n1), (p2, t2, n2) = drawn.values()
+    assert p0 == p1 == p2 and len(p0) == 3
+    assert torch.equal(t0[0], t1[0]) and torch.equal(t0[0], t2[0])  # step 0: the same weights everywhere
+    assert not torch.equal(t0[2], t1[2]) or not torch.equal(t0[2], t2[2])  # later, the updates differ
+    assert all(torch.equal(n0[k], n1[k]) and torch.equal(n0[k], n2[k]) for k in n0)
+    other = Trainer(scrl_min.arm_config("plain", out_dir=str(tmp_path / "seed1"), **{**SMALL, "seed": 1}))
+    assert other.prompt_ids != Trainer(scrl_min.arm_config("plain", out_dir=str(tmp_path / "x"), **SMALL)).prompt_ids
+
+
+def test_clean_evaluation_on_held_out_prompts(tmp_path):
+    tr = Trainer(scrl_min.arm_config("plain", out_dir=str(tmp_path / "a"), **{**SMALL, "steps": 5}))
+    held_out = set(tr.eval_set["prefix"])
+    assert len(held_out) == 6 and not held_out & set(tr.dataset["prefix"])  # never trained on
+    recs = tr.train()
+    # eval after the updates of steps 2 and 4 (eval_every = 2), after the last one, and at the start
+    assert [r["step"] for r in recs if "eval_reward" in r] == [1, 3, 4]
+    assert "eval_reward_init" in recs[0] and "eval_reward_init" not in recs[1]
+    # independent: the final policy as a fresh float32 sampler, the same held-out prompts and seed
+    s = TorchSampler(tr.policy.config, precision="fp32", k=1, temperature=tr.cfg.temperature)
+    s.push_weights(tr.policy.state_dict())
+    g = torch.Generator().manual_seed(scrl_min.core.EVAL_SEED * 1_000_003 + tr.cfg.seed)
+    ro = s.generate(tr.eval_prompt_ids, tr.cfg.max_new_tokens, tr.eos_id, tr.tok.pad_token_id, generator=g)
+    texts = tr.tok.batch_decode(ro.completion_ids.masked_fill(~ro.completion_mask, tr.tok.pad_token_id),
+                                skip_special_tokens=True)
+    ref = sum(scrl_min.distinct_names_reward(t, tr.cfg.names_target) for t in texts) / len(texts)
+    assert recs[-1]["eval_reward"] == pytest.approx(ref, abs=1e-6)
+    # the starting point is the same in every arm of a seed (same policy, prompts and seed)
+    sc = Trainer(scrl_min.arm_config("sc", out_dir=str(tmp_path / "b"), **{**SMALL, "steps": 1})).train()
+    assert sc[0]["eval_reward_init"] == recs[0]["eval_reward_init"]
+    with pytest.raises(ScrlError, match="eval_every must be >= 0"):
+        Trainer(scrl_min.arm_config("sc", out_dir=str(tmp_path / "c"), **{**SMALL, "eval_every": -1}))
+
+
+def test_config_id_changes_with_the_trainer_version(monkeypatch):
+    cfg = scrl_min.arm_config("sc")
+    before = scrl_min.config_id(cfg)
+    monkeypatch.setattr(scrl_min.core, "TRAINER_VERSION", scrl_min.core.TRAINER_VERSION + 1)
+    assert scrl_min.config_id(cfg) != before
