@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import copy
 import dataclasses
 import json
 import keyword
@@ -1129,6 +1130,28 @@ def train_many(configs: list, workers: int = 2) -> list:
     return results
 
 
+# Statistics over seeds: a mean with its 95% Student-t interval (the experiments' tables and bands).
+# T975[n - 2]: the 0.975 quantile of Student's t with n − 1 degrees of freedom, n = 2..31 seeds.
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042)
+
+
+def mean_ci95(values, axis: int = 0):
+    """Mean over seeds and the half-width of its 95% t interval: mean ± t_{0.975, n−1} · s / √n.
+
+    values: array-like with the n seeds along `axis` (n >= 2; above 31 seeds the normal 1.96 is used).
+    Returns (mean, half_width) as floats or numpy arrays of the remaining shape. For paired
+    differences between arms pass the per-seed differences. Raises ScrlError for fewer than 2 seeds.
+    """
+    x = np.asarray(values, dtype=float)
+    n = x.shape[axis]
+    if n < 2:
+        raise ScrlError(f"a 95% interval needs at least 2 seeds, got {n}")
+    t = T975[n - 2] if n - 2 < len(T975) else 1.96
+    return x.mean(axis), t * x.std(axis, ddof=1) / math.sqrt(n)
+
+
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 # Entry point
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
@@ -1445,6 +1468,31 @@ def fp8_kv_cache(num_layers: int, k_scale=KV_SCALE, v_scale=KV_SCALE):
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 # Samplers
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
+def _sdpa_gqa_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
+                        is_causal=None, **kwargs):
+    """transformers' "sdpa" attention, except that grouped K/V heads (Qwen3: 2 K/V heads for 4 query
+    heads) are broadcast inside the kernel (`enable_gqa`) instead of copied to every query head at
+    every call: the same numbers (tested), without a copy of the whole KV cache per layer and decoded
+    token. query (B, H, q, d), key and value (B, H_kv, kv, d) → ((B, q, H, d), None)."""
+    is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    is_causal = query.shape[2] > 1 and attention_mask is None and is_causal
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=is_causal,
+        enable_gqa=key.shape[1] != query.shape[1])
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _register_sdpa_gqa() -> str:
+    """Register `_sdpa_gqa_attention` (and sdpa's mask builder) with transformers under the name
+    "sdpa_gqa"; returns that name, for `attn_implementation=`."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register("sdpa_gqa", _sdpa_gqa_attention)
+    AttentionMaskInterface.register("sdpa_gqa", sdpa_mask)
+    return "sdpa_gqa"
+
+
 def _distinct_rows(ids: torch.Tensor, mask: torch.Tensor):
     """Rows of a left-padded batch that hold the same prompt: ids, mask (B, P) → (uniq (U,) long, the
     first row of each distinct prompt; row_of (B,) long, the index into uniq of each row's prompt)."""
@@ -1549,7 +1597,9 @@ class TorchSampler(_WeightQueue):
         self._init_queue(staleness, noise_std, seed)
         self.precision, self.k, self.temperature = precision, k, temperature
         self.kv_cache, self.vocab_size = kv_cache, config.vocab_size
-        self.model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+        config = copy.deepcopy(config)  # the sampler's own: its attention choice must not reach the trainer's
+        self.model = AutoModelForCausalLM.from_config(config, dtype=torch.float32,
+                                                      attn_implementation=_register_sdpa_gqa()).eval()
         self.quant_layers = {}
         if precision in FORMATS:  # decoder Linears → QuantLinear; embeddings and LM head stay bf16
             backend = fp8_backend if FORMATS[precision].acts in FP8_GRIDS else "emulated"

@@ -142,3 +142,22 @@ def test_config_id_changes_with_the_trainer_version(monkeypatch):
     before = scrl_min.config_id(cfg)
     monkeypatch.setattr(scrl_min.core, "TRAINER_VERSION", scrl_min.core.TRAINER_VERSION + 1)
     assert scrl_min.config_id(cfg) != before
+
+
+# ─── statistics over seeds ──────────────────────────────────────────────────────────────────────
+def test_t_table_by_integrating_the_t_density():
+    """Each T975 entry is where Student's t with df degrees of freedom leaves 2.5% in each tail:
+    ∫_{-t}^{t} density = 0.95, the density integrated numerically (independent of any stats library)."""
+    for df, t in enumerate(scrl_min.core.T975, start=1):
+        x = torch.linspace(-t, t, 200_001, dtype=torch.float64)
+        c = math.gamma((df + 1) / 2) / (math.sqrt(df * math.pi) * math.gamma(df / 2))
+        dens = c * (1 + x ** 2 / df) ** (-(df + 1) / 2)
+        assert torch.trapezoid(dens, x).item() == pytest.approx(0.95, abs=2e-4), df
+
+
+def test_mean_ci95():
+    m, h = scrl_min.mean_ci95([0.2, 0.4, 0.3, 0.5, 0.1])
+    sd = math.sqrt(sum((v - 0.3) ** 2 for v in [0.2, 0.4, 0.3, 0.5, 0.1]) / 4)
+    assert m == pytest.approx(0.3) and h == pytest.approx(2.776 * sd / math.sqrt(5))
+    with pytest.raises(ScrlError, match="at least 2 seeds"):
+        scrl_min.mean_ci95([0.3])

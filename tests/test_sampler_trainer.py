@@ -442,3 +442,18 @@ def test_distinct_rows():
     # rows 0, 1, 3 are one prompt; row 2 another; row 4 holds token 0 (= pad id) as a real token
     assert torch.equal(ids[uniq][row_of], ids) and torch.equal(mask[uniq][row_of], mask)
     assert len(uniq) == 3 and row_of[0] == row_of[1] == row_of[3] and row_of[4] != row_of[0]
+
+
+def test_sampler_attention_broadcasts_kv_heads_with_the_same_numbers(policy):
+    """The sampler's "sdpa_gqa" attention (K/V heads broadcast in the kernel) against transformers'
+    own "sdpa" (K/V heads copied) on the same weights, left-padded prompts: equal logits."""
+    model, tok = policy
+    s = TorchSampler(model.config, precision="fp32", k=4)
+    s.push_weights(model.state_dict())
+    assert s.model.config._attn_implementation == "sdpa_gqa" and model.config._attn_implementation == "sdpa"
+    ids, mask = scrl_min.core._left_pad(prompts_of(tok, 4), tok.pad_token_id)
+    pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        a = s.model(input_ids=ids, attention_mask=mask.long(), position_ids=pos).logits
+        b = model(input_ids=ids, attention_mask=mask.long(), position_ids=pos).logits
+    assert (a - b)[mask].abs().max() < 1e-5
