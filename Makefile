@@ -1,5 +1,6 @@
 # make reproduce   set up .venv, run every notebook headlessly (full size), write figures/ and the
 #                  committed notebook outputs (the only command that writes them)
+# make reproduce-full  the sweeps (notebooks 06-07: regime map, staleness), about 2 hours; resumable
 # make test        set up .venv, run the tests: unit tests, nbval on notebook 01 (outputs compared),
 #                  the pair-sync check, papermill smoke runs of every notebook with the CI parameters
 # make lab         set up .venv, register the scrl-min kernel, start JupyterLab on notebooks/
@@ -14,8 +15,10 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_VERBOSITY ?= error
 
 NBVAL  := notebooks/01_signal_and_drift.ipynb  # fast and deterministic at full size: outputs compared
+REPRODUCE_NB := $(sort $(wildcard notebooks/0[1-5]_*.ipynb))  # make reproduce: within 30 minutes
+FULL_NB      := $(sort $(wildcard notebooks/0[6-9]_*.ipynb))  # make reproduce-full: the sweeps, within 4 hours
 
-.PHONY: setup reproduce test lab kernel sync model clean
+.PHONY: setup reproduce reproduce-full test lab kernel sync model clean
 
 setup: $(VENV)/.installed
 
@@ -28,7 +31,11 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	touch $@
 
 reproduce: setup
-	$(BIN)/python scripts/run_notebooks.py --params notebooks/reproduce_parameters.yaml --commit-outputs
+	$(BIN)/python scripts/run_notebooks.py $(REPRODUCE_NB) --params notebooks/reproduce_parameters.yaml --commit-outputs
+
+reproduce-full: setup
+	$(BIN)/python scripts/run_notebooks.py $(FULL_NB) --params notebooks/reproduce_full_parameters.yaml \
+		--commit-outputs --command "make reproduce-full"
 
 test: setup
 	$(BIN)/python -m pytest -q tests $(NBVAL) --nbval --nbval-current-env \

@@ -223,12 +223,13 @@ print(f"saved {figures_dir}/05_score_centering_in_trl.png and {figures_dir}/05_s
 #   group-normalized advantages are zero and nothing moves; the entropy comes back from step 26, and the arm ends at
 #   0.32.
 # * **Why this says little about score centering.** Advantages here are group-normalized (TRL always subtracts the
-#   group mean): E_q[A] is zero at the prompt, and the drift E_q[A]·μ is small. Notebook 02's `grpo` setting (100
-#   steps, the project's own trainer) found plain and SC ending level (0.365, 0.367) with plain peaking higher; the
-#   runs where SC clearly helps use raw rewards, which TRL's GRPOTrainer does not offer (it always subtracts the
-#   group or batch mean). SGD at lr 0.5 moves this 3.7M-parameter policy a lot per step in both arms (plain's
-#   entropy also falls, from 3.9 to 0.4-1.0 nats); whether SC makes a collapse likelier would take several seeds
-#   (scripts/seed_check.py is the pattern), which this short run does not have.
+#   group mean): E_q[A] is zero at the prompt, and the drift E_q[A]·μ is small. The project's own trainer, in the
+#   first (single-seed) version of notebook 02's `grpo` setting, found plain and SC ending level (0.365, 0.367); the
+#   regime map (notebook 06) runs the group-normalized modes with paired seeds and clean evaluation. The runs where SC
+#   clearly helps use raw rewards, which TRL's GRPOTrainer does not offer (it always subtracts the group or batch
+#   mean). SGD at lr 0.5 moves this 3.7M-parameter policy a lot per step in both arms (plain's entropy also falls,
+#   from 3.9 to 0.4-1.0 nats); whether SC makes a collapse likelier would take several paired seeds (notebook 02's
+#   pattern), which this short run does not have.
 # * **The mismatch, as TRL logs it.** `sampling/mismatch_kl` starts at 0.016 (σ = 0.1 weight noise plus FP8) and
 #   falls with the entropy: a near-deterministic policy leaves the sampler little room to differ (0.0000-0.0003
 #   during the collapse). The head holds 85% of q at the start and 99.9% or more during the collapse; ρ is

@@ -70,7 +70,7 @@ def check_parameters(path: Path, given: dict) -> None:
                              f"parameters are {sorted(known)}")
 
 
-def clean_executed(src: Path, dst: Path, params: dict) -> None:
+def clean_executed(src: Path, dst: Path, params: dict, command: str = "make reproduce") -> None:
     """Copy an executed notebook to dst without papermill's injected cell and metadata, keeping the
     outputs; the run's parameters are recorded in the notebook metadata ("scrl_min_run")."""
     import nbformat
@@ -86,7 +86,7 @@ def clean_executed(src: Path, dst: Path, params: dict) -> None:
     nb.metadata.pop("widgets", None)  # state of a widget no cell output shows
     nb.metadata.kernelspec["display_name"] = "Python 3 (ipykernel)"  # as JupyterLab names python3
     nb.metadata["scrl_min_run"] = {"parameters": json.loads(json.dumps(params)),
-                                   "command": "make reproduce"}
+                                   "command": command}
     nbformat.write(nb, dst)
 
 
@@ -114,6 +114,8 @@ def main(argv=None) -> int:
     ap.add_argument("--commit-outputs", action="store_true",
                     help="also replace each notebooks/NN_name.ipynb by its executed, cleaned copy "
                          "(make reproduce)")
+    ap.add_argument("--command", default="make reproduce",
+                    help="the command recorded in a committed notebook's metadata (with --commit-outputs)")
     args = ap.parse_args(argv)
 
     paths = [p.resolve() for p in args.notebooks] or sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
@@ -140,7 +142,7 @@ def main(argv=None) -> int:
                             stdout_file=sys.stdout, stderr_file=sys.stderr)
         print(f"[run_notebooks] {path.name} done in {time.time() - t0:.0f}s", flush=True)
         if args.commit_outputs:
-            clean_executed(args.out_dir / path.name, path, params)
+            clean_executed(args.out_dir / path.name, path, params, args.command)
             print(f"[run_notebooks] {path.name}: outputs written to {path.relative_to(REPO)}", flush=True)
     print(f"[run_notebooks] {len(plan)} notebook(s) ran: {', '.join(sorted(stems))}")
     return 0

@@ -38,7 +38,13 @@ Deviations from the paper and from a production trainer (numbered, on purpose)
      cannot learn arithmetic search, and this task's best policy is high-entropy, which keeps the
      mismatch (and so the drift) alive for the whole run.
   4. The advantage mode is an experimental axis: raw rewards (REINFORCE, no baseline), ±1-style signed
-     rewards, or GRPO group-normalized. The drift is E_q[A]·μ, so its size depends on the mode.
+     rewards, GRPO group-normalized, or the paper's recipe (±1-style, centred per group, no std
+     scaling). The drift is E_q[A]·μ, so its size depends on the mode.
+  5. Experiments are paired and evaluated clean, as in the paper: a seed fixes the prompt order, the
+     sampling seed of every step and the noise draw for every arm, and every `eval_every` steps the
+     trainer's own policy (an exact float32 sampler) completes held-out prompts (`eval_reward`).
+     With V = 2,048 the sampler's full q is at hand, so each step also logs the exact drift and
+     signal (`drift_and_signal`), which no production trainer can afford.
 
 Run:   python -m scrl_min --arm sc --steps 200 --out_dir runs/sc       (python -m scrl_min --help)
        python -m scrl_min --arm tis --centering true ...                   (any combination: TIS + SC)
@@ -1058,8 +1064,39 @@ class Trainer:
         rec["seconds"] = time.time() - t0
         return rec
 
+    def _lock(self) -> Path:
+        """Claim the run folder (run.lock holds this process's id): two processes training into one
+        folder would interleave its metrics and checkpoints. A lock left by a process that no longer
+        runs is taken over. Raises ScrlError if a live process holds it."""
+        lock = self.out / "run.lock"
+        for _ in range(2):
+            try:
+                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                try:
+                    pid = int(lock.read_text() or 0)
+                    os.kill(pid, 0)  # raises if no such process
+                except (ValueError, ProcessLookupError, FileNotFoundError):
+                    lock.unlink(missing_ok=True)  # stale: its process is gone
+                    continue
+                except PermissionError:  # a live process of another user
+                    pass
+                raise ScrlError(f"{self.out} is being trained by process {pid} right now; wait for it, "
+                                f"or give this run another out_dir")
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+            return lock
+        raise ScrlError(f"could not claim {lock}")
+
     def train(self) -> list:
         """Run (or resume) to cfg.steps; append one JSON line per step; return all step records."""
+        lock = self._lock()
+        try:
+            return self._train()
+        finally:
+            lock.unlink(missing_ok=True)
+
+    def _train(self) -> list:
         self._resume()
         (self.out / "sampler.json").write_text(json.dumps(self.sampler.settings, indent=1))
         bar = progress_bar(total=self.cfg.steps, initial=self.step, desc=Path(self.cfg.out_dir).name,
@@ -1150,6 +1187,25 @@ def mean_ci95(values, axis: int = 0):
         raise ScrlError(f"a 95% interval needs at least 2 seeds, got {n}")
     t = T975[n - 2] if n - 2 < len(T975) else 1.96
     return x.mean(axis), t * x.std(axis, ddof=1) / math.sqrt(n)
+
+
+def eval_curve(records: list):
+    """The clean evaluation of one run: (updates (n,) int, eval_reward (n,) float) from its metrics
+    records, starting at 0 updates (`eval_reward_init`), then after every evaluated step. Raises
+    ScrlError if the run had no evaluation (eval_every = 0)."""
+    if not records or "eval_reward_init" not in records[0]:
+        raise ScrlError("this run has no clean evaluation (eval_every = 0, or no step logged)")
+    ev = [r for r in records if "eval_reward" in r]
+    return (np.array([0] + [r["step"] + 1 for r in ev]),
+            np.array([records[0]["eval_reward_init"]] + [r["eval_reward"] for r in ev]))
+
+
+def moving_average(x, w: int) -> np.ndarray:
+    """Trailing moving average of a curve (n,) over w steps (the first w − 1 points average what exists)."""
+    x = np.asarray(x, dtype=float)
+    w = max(1, min(w, len(x)))
+    c = np.cumsum(np.insert(x, 0, 0.0))
+    return np.concatenate([c[1:w] / np.arange(1, w), (c[w:] - c[:-w]) / w])
 
 
 # ═════════════════════════════════════════════════════════════════════════════════════════════════

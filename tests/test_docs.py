@@ -43,3 +43,18 @@ def test_readme_file_table_names_real_files():
         m = re.match(r"(.*)\{(.*)\}$", p)
         for q in ([m.group(1) + ext for ext in m.group(2).split(",")] if m else [p]):
             assert (REPO / q).exists(), f"README names {q}, which does not exist"
+
+
+def test_readme_results_tables_are_the_committed_json():
+    """Every results table in the README is what scripts/results_table.py makes from figures/*.json."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    import results_table
+
+    readme = (REPO / "README.md").read_text()
+    made = results_table.blocks()
+    assert "02" in made
+    for name, text in made.items():
+        assert f"<!-- results:{name} -->\n{text}\n<!-- /results:{name} -->" in readme, (
+            f"README's results:{name} table differs from figures/: run python scripts/results_table.py --write")

@@ -24,6 +24,12 @@ NBVAL_ARGS = ["--nbval", "--nbval-current-env", "--nbval-sanitize-with",
               str(REPO / "notebooks" / "nbval_sanitize.cfg"), "-p", "no:cacheprovider", "-q"]
 
 
+REPRODUCE = {stem: ("make reproduce", params) for stem, params in
+             yaml.safe_load((REPO / "notebooks" / "reproduce_parameters.yaml").read_text()).items()}
+REPRODUCE |= {stem: ("make reproduce-full", params) for stem, params in
+              yaml.safe_load((REPO / "notebooks" / "reproduce_full_parameters.yaml").read_text()).items()}
+
+
 def parameters_cell(nb) -> dict:
     cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     return run_notebooks.parameters_from_source(cell.source)
@@ -66,7 +72,8 @@ def test_committed_outputs_render_and_stay_lean(path):
     is inline, nothing points at one machine, and no widget (which GitHub cannot render) or stderr
     block is left."""
     nb = nbformat.read(path, as_version=4)
-    assert nb.metadata.get("scrl_min_run", {}).get("command") == "make reproduce", "run `make reproduce`"
+    command = REPRODUCE[path.stem][0]  # each notebook is made by exactly one of the two commands
+    assert nb.metadata.get("scrl_min_run", {}).get("command") == command, f"run `{command}`"
     code = [c for c in nb.cells if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", [])]
     assert all(c.execution_count for c in code), "a code cell without an execution"
     outputs = [o for c in code for o in c.outputs]
@@ -87,14 +94,13 @@ def test_all_notebooks_together_stay_small():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_default_parameters_write_only_under_runs(path):
     """Run from JupyterLab as they are, notebooks write under runs/ (git-ignored), never figures/;
-    only `make reproduce`'s parameters file points them at figures/."""
+    only the parameters files of `make reproduce` and `make reproduce-full` point them at figures/."""
     params = parameters_cell(nbformat.read(path, as_version=4))
     dirs = {k: v for k, v in params.items() if k.endswith("_dir")}
     assert "figures_dir" in dirs
     for name, value in dirs.items():
         assert Path(value).parts[0] == "runs", f"{path.name}: default {name} = {value!r}"
-    repro = yaml.safe_load((REPO / "notebooks" / "reproduce_parameters.yaml").read_text())
-    assert repro[path.stem] == {"figures_dir": "figures"}
+    assert REPRODUCE[path.stem][1] == {"figures_dir": "figures"}
     ci = yaml.safe_load((REPO / "notebooks" / "ci_parameters.yaml").read_text())
     assert all(Path(v).parts[:2] == ("runs", "ci") for v in ci[path.stem].values() if isinstance(v, str)
                and v.startswith(("runs", "figures")))

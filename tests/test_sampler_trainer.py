@@ -457,3 +457,24 @@ def test_sampler_attention_broadcasts_kv_heads_with_the_same_numbers(policy):
         a = s.model(input_ids=ids, attention_mask=mask.long(), position_ids=pos).logits
         b = model(input_ids=ids, attention_mask=mask.long(), position_ids=pos).logits
     assert (a - b)[mask].abs().max() < 1e-5
+
+
+def test_a_run_folder_is_trained_by_one_process_at_a_time(tmp_path):
+    """A second trainer on a folder that a live process holds is refused before it writes anything;
+    a lock left by a process that has ended is taken over; the lock goes when training ends."""
+    import subprocess
+    import sys
+
+    cfg = scrl_min.arm_config("sc", steps=1, out_dir=str(tmp_path / "run"), **SMALL)
+    (tmp_path / "run").mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / "run" / "run.lock").write_text(str(holder.pid))
+        with pytest.raises(ScrlError, match=f"being trained by process {holder.pid}"):
+            Trainer(cfg).train()
+        assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    recs = Trainer(cfg).train()  # the holder has ended: its lock is stale
+    assert len(recs) == 1 and not (tmp_path / "run" / "run.lock").exists()

@@ -1,0 +1,205 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · The regime map: where score centering helps, and the measured drift and signal
+#
+# Notebook 02 shows one setting. Here the same arms run over the two axes the method says matter:
+#
+# * **advantage mode**, because the drift is E_q[A]·μ: `raw` (A = r ≥ 0, a pull at every prefix),
+#   `grpo` (group-normalized: E[A] = 0 over a group, not at deeper prefixes), `centered` (the paper's
+#   recipe: ±1-style rewards centred per group, no std scaling);
+# * **mismatch severity** as real numerics and as the noise knob: FP8 W8A8 alone, int4 group-128
+#   weights alone (the harshest real format of notebook 04), and FP8 + weight noise σ = 0.1.
+#
+# Each cell is the final clean-evaluation reward (the trainer's own policy on held-out prompts, as in
+# notebook 02) minus the no-mismatch bf16 reference of the same mode and seed, mean over paired seeds
+# with its 95% interval; a second map gives each arm minus plain.
+#
+# **The measured drift and signal.** With V = 2,048 the sampler's whole distribution q and the
+# trainer's p are available at every generated token, so every step logs (`scrl_min.drift_and_signal`):
+# at the first completion token, where the G rollouts of a group share the prefix, unbiased estimates
+# of the drift ‖E_q[A]·(q − p)‖ and of the signal ‖Cov_q(A, e_y)‖ in logit space (pairs i ≠ j of the
+# group), and per token the exact KL(q‖p). The last section asks whether their ratio predicts where
+# centering helps. The pair estimates are unbiased when the A_i of a group are independent (raw and
+# signed rewards); with group-centred advantages (grpo, centered) they are not, and ΣA = 0 over the
+# group makes the first-token drift estimate ≤ 0 (printed as 0): there the true E_q[A | prompt] is 0 too,
+# and the drift lives at deeper prefixes, which only `drift_norm` (|A|·‖q − p‖ per token, an upper
+# bound) sees.
+#
+# **Run time**: the default parameters (3 modes × 3 severities × 4 arms × 3 seeds + 3 × 3 references,
+# 100 steps each) take about 65 minutes on 2 CPU cores. Runs are shared with notebook 02 (same folder,
+# same names), so the headline's raw / σ = 0.1 runs are not trained twice. `make reproduce-full` runs
+# it with figures to `figures/`; the defaults write `runs/figures/06_regime_map.{png,json}`.
+
+# %% tags=["parameters"]
+# Parameters (papermill replaces this cell; CI shrinks it through notebooks/ci_parameters.yaml)
+model = "default"  # policy: "default" (embedded tiny Qwen3) or a local checkpoint path / HF model id
+modes = ["raw", "grpo", "centered"]  # advantage modes (rows of the map, with the severities)
+severity_formats = ["fp8", "int4_g128", "fp8"]  # sampler_precision of each severity level (rows, with the modes)
+severity_noise = [0.0, 0.0, 0.1]  # sigma of each severity level: relative weight noise on top of the format
+arms = ["plain", "mis", "sc", "sc_mis"]  # mismatched arms (columns; first: the uncorrected one; TIS: notebooks 02, 07)
+seeds = [0, 1, 2]  # paired seeds
+steps = 100  # RL steps per run
+prompts_per_step = 8  # distinct prompts per step
+group_size = 4  # G: completions per prompt
+max_new_tokens = 24  # completion budget, tokens
+lr = 0.5  # SGD learning rate
+eval_every = 10  # steps between clean evaluations
+final_evals = 3  # last clean evaluations averaged into a run's final reward
+workers = 2  # runs in parallel, one CPU thread each
+runs_dir = "runs/02_fp8_arms"  # shared with notebook 02, relative to the repo root
+figures_dir = "runs/figures"  # figure and its numbers, relative to the repo root (`make reproduce-full` writes figures/)
+
+# %%
+import json
+from pathlib import Path
+
+import numpy as np
+import matplotlib.pyplot as plt
+import scrl_min
+from scrl_min import arm_config, eval_curve, mean_ci95, train_many, with_run_dir
+from scrl_min.core import REPO_ROOT, DEFAULT_MODEL_PATH
+
+if len(seeds) < 2:
+    raise ValueError(f"95% intervals need at least 2 seeds, got seeds={seeds}")
+for a in arms:
+    arm_config(a)  # fails fast on an unknown arm
+if len(severity_formats) != len(severity_noise):
+    raise ValueError("severity_formats and severity_noise need one entry per severity level")
+severities = [(f"{f}" + (f" σ={n:g}" if n > 0 else ""), f, n) for f, n in zip(severity_formats, severity_noise)]
+for label, precision, sigma in severities:
+    if precision not in scrl_min.PRECISIONS or sigma < 0:
+        raise ValueError(f"severity {label!r}: unknown precision {precision!r} or σ < 0")
+model_path = str(DEFAULT_MODEL_PATH) if model == "default" else model
+fig_dir = REPO_ROOT / figures_dir
+fig_dir.mkdir(parents=True, exist_ok=True)
+plain_arm = arms[0]
+
+# %% [markdown]
+# ## Runs
+#
+# Every (mode, severity, arm, seed), and the bf16 reference once per (mode, seed). Folder names are
+# notebook 02's (`<mode>-<arm>-s<seed>-<config_id>`): the config id tells severities apart.
+
+# %%
+common = dict(model=model_path, steps=steps, prompts_per_step=prompts_per_step, group_size=group_size,
+              max_new_tokens=max_new_tokens, lr=lr, eval_every=eval_every)
+jobs = {}
+for mode in modes:
+    for seed in seeds:
+        cfg = arm_config("bf16", seed=seed, advantage_mode=mode, **common)
+        jobs[(mode, "reference", "bf16", seed)] = with_run_dir(cfg, REPO_ROOT / runs_dir, f"{mode}-bf16-s{seed}")
+        for label, precision, sigma in severities:
+            for arm in arms:
+                cfg = arm_config(arm, seed=seed, advantage_mode=mode, sampler_precision=precision,
+                                 noise_std=sigma, **common)
+                jobs[(mode, label, arm, seed)] = with_run_dir(cfg, REPO_ROOT / runs_dir, f"{mode}-{arm}-s{seed}")
+results = dict(zip(jobs, train_many(list(jobs.values()), workers=workers)))
+print(f"{len(jobs)} runs, {sum(r['seconds'] for recs in results.values() for r in recs) / 60:.1f} CPU-thread minutes")
+
+# %% [markdown]
+# ## The map
+#
+# Left: final clean reward minus the bf16 reference of the same mode and seed (negative: the mismatch
+# costs reward). Right: minus plain (positive: the correction helps). Each cell: the mean over seeds and,
+# below it, the 95% half-width; bold where the interval excludes 0, italic where it contains 0.
+
+# %%
+final = {k: float(np.mean(eval_curve(v)[1][-final_evals:])) for k, v in results.items()}
+rows = [(mode, label) for mode in modes for label, _, _ in severities]
+
+
+def paired(mode, label, arm, base):
+    """Per-seed differences arm − base (base: 'reference' or an arm of the same cell)."""
+    b = [final[(mode, "reference", "bf16", s)] if base == "reference" else final[(mode, label, base, s)]
+         for s in seeds]
+    return np.array([final[(mode, label, arm, s)] for s in seeds]) - np.array(b)
+
+
+maps = {}
+fig, axes = plt.subplots(1, 2, figsize=(15, 0.55 * len(rows) + 2.2))
+for ax, base in zip(axes, ("reference", plain_arm)):
+    cols = arms if base == "reference" else arms[1:]
+    M = np.zeros((len(rows), len(cols)))
+    H = np.zeros_like(M)
+    for i, (mode, label) in enumerate(rows):
+        for j, arm in enumerate(cols):
+            M[i, j], H[i, j] = mean_ci95(paired(mode, label, arm, base))
+    lim = max(0.05, np.abs(M).max())
+    ax.imshow(M, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
+    for i in range(len(rows)):
+        for j in range(len(cols)):
+            holds_0 = abs(M[i, j]) <= H[i, j]
+            ax.text(j, i, f"{M[i, j]:+.2f}\n±{H[i, j]:.2f}", ha="center", va="center", fontsize=7.5,
+                    color="white" if abs(M[i, j]) > 0.6 * lim else "black",
+                    fontstyle="italic" if holds_0 else "normal", fontweight="normal" if holds_0 else "bold")
+    ax.set_xticks(range(len(cols)), cols)
+    ax.set_yticks(range(len(rows)), [f"{m} · {l}" for m, l in rows])
+    ax.set_title(f"final clean reward − {'bf16 reference' if base == 'reference' else base} (paired)")
+    maps[f"minus_{base}"] = {"rows": [f"{m} · {l}" for m, l in rows], "cols": cols, "mean": M.tolist(), "ci95": H.tolist()}
+fig.suptitle(f"Regime map: {len(seeds)} paired seeds, {steps} steps; bold: the 95% interval excludes 0, italic: it contains 0")
+fig.tight_layout()
+fig.savefig(fig_dir / "06_regime_map.png", dpi=110)
+plt.show()
+
+# %% [markdown]
+# ## Measured drift and signal, and whether they predict where centering helps
+#
+# Per (mode, severity), from the plain arm's runs (the uncorrected dynamics), averaged over steps and
+# seeds: the drift and the signal at the first completion token (logit space, unbiased estimates over
+# the pairs of each GRPO group), their ratio, and the exact KL(q‖p) per token. Right: SC − plain (paired,
+# 95% interval) against the drift/signal ratio.
+
+# %%
+def run_mean(key, mode, label, arm):
+    return float(np.mean([np.mean([r[key] for r in results[(mode, label, arm, s)] if key in r]) for s in seeds]))
+
+
+measured = {}
+print(f"{'mode · severity':24s}{'drift':>9s}{'signal':>9s}{'ratio':>8s}{'KL(q‖p)':>10s}{'SC − plain':>18s}")
+for mode, label in rows:
+    d, g = run_mean("drift_first", mode, label, plain_arm), run_mean("signal_first", mode, label, plain_arm)
+    sc = mean_ci95(paired(mode, label, "sc", plain_arm)) if "sc" in arms else (np.nan, np.nan)
+    measured[f"{mode} · {label}"] = dict(drift_first=d, signal_first=g, ratio=d / g if g > 0 else None,
+                                         kl_qp=run_mean("kl_qp", mode, label, plain_arm),
+                                         drift_norm=run_mean("drift_norm", mode, label, plain_arm),
+                                         sc_minus_plain=float(sc[0]), sc_minus_plain_ci95=float(sc[1]))
+    v = measured[f"{mode} · {label}"]
+    print(f"{mode + ' · ' + label:24s}{d:9.4f}{g:9.4f}{(d / g if g > 0 else float('nan')):8.3f}{v['kl_qp']:10.4f}"
+          f"{sc[0]:+10.3f} ± {sc[1]:.3f}")
+fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+markers = {m: mk for m, mk in zip(modes, "osD^v")}
+for key, v in measured.items():
+    mode = key.split(" · ")[0]
+    axes[0].scatter(v["kl_qp"], v["drift_first"], marker=markers[mode], label=key, s=40)
+    if v["ratio"] is not None:
+        axes[1].errorbar(v["ratio"], v["sc_minus_plain"], yerr=v["sc_minus_plain_ci95"], marker=markers[mode],
+                         capsize=3, ls="none", label=key)
+axes[0].set_xlabel("KL(q‖p) per token (exact)")
+axes[0].set_ylabel("drift ‖E_q[A](q − p)‖, first token")
+axes[1].axhline(0, color="gray", lw=1)
+axes[1].set_xlabel("drift / signal at the first token (plain arm)")
+axes[1].set_ylabel("SC − plain, final clean reward (paired, 95%)")
+axes[1].legend(fontsize=7, ncol=2)
+fig.tight_layout()
+fig.savefig(fig_dir / "06_drift_signal.png", dpi=110)
+plt.show()
+params = dict(model=model, modes=modes, severity_formats=severity_formats, severity_noise=severity_noise, arms=arms, seeds=seeds, steps=steps,
+              prompts_per_step=prompts_per_step, group_size=group_size, max_new_tokens=max_new_tokens, lr=lr,
+              eval_every=eval_every, final_evals=final_evals)
+finals = {" / ".join(map(str, k)): v for k, v in final.items()}
+for name in ("06_regime_map", "06_drift_signal"):
+    (fig_dir / f"{name}.json").write_text(json.dumps(
+        {"parameters": params, "maps": maps, "measured": measured, "final_per_run": finals}, indent=1))
+print(f"saved {figures_dir}/06_regime_map.{{png,json}} and {figures_dir}/06_drift_signal.{{png,json}}")
+
+# %% [markdown]
+# ## What the measurement shows
+#
+# RESULTS_PLACEHOLDER

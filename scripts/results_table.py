@@ -1,0 +1,106 @@
+"""The README's results tables, made from the committed JSON in figures/ (nothing typed by hand).
+
+    python scripts/results_table.py           # print the tables
+    python scripts/results_table.py --write   # replace the blocks between <!-- results:NAME --> markers in README.md
+
+tests/test_docs.py checks that README.md holds exactly what this prints, so a table cannot drift from
+the numbers behind the figures. Each table: mean over paired seeds ± the 95% t half-width, and the
+paired difference of each arm to the uncorrected one (per seed, then mean ± 95%).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FIG = REPO / "figures"
+
+
+def table_02() -> str:
+    d = json.loads((FIG / "02_fp8_arms.json").read_text())
+    p, final = d["parameters"], d["final"]
+    arms, plain, ref = p["arms"], p["arms"][1], p["arms"][0]
+    lines = [f"Notebook 02 (`make reproduce`; `figures/02_fp8_arms.json`): {p['advantage_mode']} advantages, FP8 + "
+             f"σ = {p['noise_std']}, {p['steps']} steps, {len(p['seeds'])} paired seeds. Final clean reward = mean "
+             f"of the last {p['final_evals']} clean evaluations (the trainer's own policy, {p['eval_prompts']} "
+             f"held-out prompts); training reward = mean over the last 30 steps, from the mismatched sampler.", "",
+             f"| arm | final clean reward | − {plain} (paired) | − {ref} (paired) | training reward | per seed (clean) |",
+             "|---|---|---|---|---|---|"]
+    for arm in arms:
+        f = final[arm]
+        dp = "—" if arm == plain else f"{f['minus_plain_mean']:+.3f} ± {f['minus_plain_ci95']:.3f}"
+        dr = "—" if arm == ref else f"{f['minus_reference_mean']:+.3f} ± {f['minus_reference_ci95']:.3f}"
+        lines.append(f"| {arm} | {f['final_eval_mean']:.3f} ± {f['final_eval_ci95']:.3f} | {dp} | {dr} | "
+                     f"{f['train_reward_last30_mean']:.3f} ± {f['train_reward_last30_ci95']:.3f} | "
+                     + " ".join(f"{v:.2f}" for v in f["final_eval_per_seed"]) + " |")
+    return "\n".join(lines)
+
+
+def table_07() -> str:
+    d = json.loads((FIG / "07_staleness.json").read_text())
+    p, final, paired = d["parameters"], d["final"], d["paired"]
+    st = p["staleness"]
+    lines = [f"Notebook 07 (`make reproduce-full`; `figures/07_staleness.json`): staleness alone ({p['sampler_precision']} "
+             f"sampler, no noise), {p['advantage_mode']} advantages, {p['steps']} steps, {len(p['seeds'])} paired seeds; "
+             f"final clean reward, mean ± 95%. The s = 0 reference: {final['reference_s0']['mean']:.3f} ± "
+             f"{final['reference_s0']['ci95']:.3f}.", "",
+             "| arm | " + " | ".join(f"s = {s}" for s in st) + " |", "|---" * (len(st) + 1) + "|"]
+    for arm in p["arms"]:
+        lines.append(f"| {arm} | " + " | ".join(f"{final[arm][f's={s}']['mean']:.3f} ± {final[arm][f's={s}']['ci95']:.3f}"
+                                            for s in st) + " |")
+    for name, row in paired.items():
+        lines.append(f"| {name} (paired) | " + " | ".join(f"{row[f's={s}']['mean']:+.3f} ± {row[f's={s}']['ci95']:.3f}"
+                                                       for s in st) + " |")
+    return "\n".join(lines)
+
+
+def table_06() -> str:
+    d = json.loads((FIG / "06_regime_map.json").read_text())
+    p, maps, measured = d["parameters"], d["maps"], d["measured"]
+    ref, pl = maps["minus_reference"], maps[f"minus_{p['arms'][0]}"]
+    lines = [f"Notebook 06 (`make reproduce-full`; `figures/06_regime_map.json`): final clean reward minus the bf16 "
+             f"reference of the same mode and seed / minus plain, mean ± 95% over {len(p['seeds'])} paired seeds, "
+             f"{p['steps']} steps; drift and signal: plain arm, first completion token, mean over steps and seeds.", "",
+             "| mode · severity | " + " | ".join(f"{a} − ref" for a in ref["cols"]) + " | "
+             + " | ".join(f"{a} − {p['arms'][0]}" for a in pl["cols"]) + " | KL(q‖p) | drift | signal |",
+             "|---" * (1 + len(ref["cols"]) + len(pl["cols"]) + 3) + "|"]
+    for i, row in enumerate(ref["rows"]):
+        cells = [f"{ref['mean'][i][j]:+.3f} ± {ref['ci95'][i][j]:.3f}" for j in range(len(ref["cols"]))]
+        cells += [f"{pl['mean'][i][j]:+.3f} ± {pl['ci95'][i][j]:.3f}" for j in range(len(pl["cols"]))]
+        m = measured[row]
+        cells += [f"{m['kl_qp']:.4f}", f"{m['drift_first']:.4f}", f"{m['signal_first']:.4f}"]
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+TABLES = {"02": (table_02, "02_fp8_arms.json"), "06": (table_06, "06_regime_map.json"),
+          "07": (table_07, "07_staleness.json")}
+
+
+def blocks() -> dict:
+    """{name: markdown} for every table whose JSON is committed."""
+    return {name: fn() for name, (fn, src) in TABLES.items() if (FIG / src).exists()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--write", action="store_true", help="replace the marked blocks in README.md")
+    a = ap.parse_args()
+    out = blocks()
+    if not a.write:
+        print("\n\n".join(f"<!-- results:{k} -->\n{v}\n<!-- /results:{k} -->" for k, v in out.items()))
+        return
+    readme = (REPO / "README.md").read_text()
+    for name, text in out.items():
+        pat = re.compile(rf"<!-- results:{name} -->\n(?:.*?\n)?<!-- /results:{name} -->", re.S)
+        if not pat.search(readme):
+            raise SystemExit(f"README.md has no <!-- results:{name} --> block")
+        readme = pat.sub(lambda _: f"<!-- results:{name} -->\n{text}\n<!-- /results:{name} -->", readme)
+    (REPO / "README.md").write_text(readme)
+    print(f"README.md: wrote {sorted(out)}")
+
+
+if __name__ == "__main__":
+    main()
