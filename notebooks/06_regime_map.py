@@ -32,8 +32,8 @@
 # and the drift lives at deeper prefixes, which only `drift_norm` (|A|·‖q − p‖ per token, an upper
 # bound) sees.
 #
-# **Run time**: the default parameters (3 modes × 3 severities × 4 arms × 3 seeds + 3 × 3 references,
-# 100 steps each) take about 65 minutes on 2 CPU cores. Runs are shared with notebook 02 (same folder,
+# **Run time**: the default parameters (3 modes × 3 severities × 3 arms × 3 seeds + 3 × 3 references,
+# 100 steps each) take about 50 minutes on 2 CPU cores. Runs are shared with notebook 02 (same folder,
 # same names), so the headline's raw / σ = 0.1 runs are not trained twice. `make reproduce-full` runs
 # it with figures to `figures/`; the defaults write `runs/figures/06_regime_map.{png,json}`.
 
@@ -43,7 +43,7 @@ model = "default"  # policy: "default" (embedded tiny Qwen3) or a local checkpoi
 modes = ["raw", "grpo", "centered"]  # advantage modes (rows of the map, with the severities)
 severity_formats = ["fp8", "int4_g128", "fp8"]  # sampler_precision of each severity level (rows, with the modes)
 severity_noise = [0.0, 0.0, 0.1]  # sigma of each severity level: relative weight noise on top of the format
-arms = ["plain", "mis", "sc", "sc_mis"]  # mismatched arms (columns; first: the uncorrected one; TIS: notebooks 02, 07)
+arms = ["plain", "mis", "sc"]  # mismatched arms (columns; first: the uncorrected one; TIS, SC+MIS: notebooks 02, 07)
 seeds = [0, 1, 2]  # paired seeds
 steps = 100  # RL steps per run
 prompts_per_step = 8  # distinct prompts per step
