@@ -79,6 +79,14 @@ def child(out_dir: str) -> None:
             print(json.dumps({"saved": cmd[1]}), flush=True)
 
 
+def _cpu_model() -> str:
+    """The CPU's model name (Linux /proc/cpuinfo), else what platform knows."""
+    try:
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 class Side:
     def __init__(self, name: str, tree: Path, out_dir: str):
         env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
@@ -143,7 +151,7 @@ def main() -> None:
     base_s, new_s = (statistics.median(s.steps) for s in sides)
     ratios = [b / n for b, n in zip(sides[0].steps, sides[1].steps)]
     res = dict(
-        baseline=a.baseline, rounds=a.rounds, threads=1, machine=platform.processor() or platform.machine(),
+        baseline=a.baseline, rounds=a.rounds, threads=1, machine=_cpu_model(),
         cpus=os.cpu_count(), load_average=os.getloadavg(),
         work="sc arm, 8 prompts x 4 completions x <=24 tokens, FP8 W8A8 emulated, sigma 0.1, k 128, SGD",
         median_step_s={"baseline": base_s, "this_tree": new_s},
