@@ -11,9 +11,9 @@
 #
 # Notebook 02 shows one setting. Here the same arms run over the two axes the method says matter:
 #
-# * **advantage mode**, because the drift is E_q[A]·μ: `raw` (A = r ≥ 0, a pull at every prefix),
-#   `grpo` (group-normalized: E[A] = 0 over a group, not at deeper prefixes), `centered` (the paper's
-#   recipe: ±1-style rewards centred per group, no std scaling);
+# * **advantage mode**, because the drift is E_q[A]·μ: `raw` (A = r ≥ 0, a pull at every prefix) and
+#   `centered` (the paper's recipe: ±1-style rewards centred per group, no std scaling: E[A] = 0 over a
+#   group, not at deeper prefixes); `grpo` (std-scaled too) and `signed` are one parameter away;
 # * **mismatch severity** as real numerics and as the noise knob: FP8 W8A8 alone, int4 group-128
 #   weights alone (the harshest real format of notebook 04), and FP8 + weight noise σ = 0.1.
 #
@@ -32,15 +32,15 @@
 # and the drift lives at deeper prefixes, which only `drift_norm` (|A|·‖q − p‖ per token, an upper
 # bound) sees.
 #
-# **Run time**: the default parameters (3 modes × 3 severities × 3 arms × 3 seeds + 3 × 3 references,
-# 100 steps each) take about 50 minutes on 2 CPU cores. Runs are shared with notebook 02 (same folder,
+# **Run time**: the default parameters (2 modes × 3 severities × 3 arms × 3 seeds + 2 × 3 references,
+# 100 steps each; 12 of them shared with notebook 02) take about 35 minutes on 2 CPU cores. Runs are shared with notebook 02 (same folder,
 # same names), so the headline's raw / σ = 0.1 runs are not trained twice. `make reproduce-full` runs
 # it with figures to `figures/`; the defaults write `runs/figures/06_regime_map.{png,json}`.
 
 # %% tags=["parameters"]
 # Parameters (papermill replaces this cell; CI shrinks it through notebooks/ci_parameters.yaml)
 model = "default"  # policy: "default" (embedded tiny Qwen3) or a local checkpoint path / HF model id
-modes = ["raw", "grpo", "centered"]  # advantage modes (rows of the map, with the severities)
+modes = ["raw", "centered"]  # advantage modes (rows of the map, with the severities): raw | signed | grpo | centered
 severity_formats = ["fp8", "int4_g128", "fp8"]  # sampler_precision of each severity level (rows, with the modes)
 severity_noise = [0.0, 0.0, 0.1]  # sigma of each severity level: relative weight noise on top of the format
 arms = ["plain", "mis", "sc"]  # mismatched arms (columns; first: the uncorrected one; TIS, SC+MIS: notebooks 02, 07)
