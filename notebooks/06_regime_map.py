@@ -202,4 +202,26 @@ print(f"saved {figures_dir}/06_regime_map.{{png,json}} and {figures_dir}/06_drif
 # %% [markdown]
 # ## What the measurement shows
 #
-# RESULTS_PLACEHOLDER
+# Measured by `make reproduce-full` (60 runs, 12 of them shared with notebook 02; 77 CPU-thread minutes, 31 min
+# 24 s on 2 CPU cores). 3 paired seeds per cell, so only large differences are resolved:
+#
+# * **Raw rewards: real int4 weights are where score centering clearly helps.** With int4 group-128 weights
+#   (σ = 0) plain ends at 0.09-0.23 and SC at 0.37-0.45: SC − plain +0.24 ± 0.09, the only SC cell whose
+#   interval excludes 0 (MIS +0.18 ± 0.52 is not resolved). Under FP8 + σ = 0.1 MIS − plain is +0.21 ± 0.18
+#   and SC − plain +0.16 ± 0.19 (reaching 0 by 0.02). Under FP8 alone the mismatch is too small to cost plain
+#   anything (plain 0.41-0.44 against the reference's 0.20-0.58), MIS is *below* plain (−0.11 ± 0.05) and one
+#   SC seed collapsed to 0 (−0.10 ± 0.74).
+# * **The paper's recipe (centered advantages): nothing separates, and the task saturates.** Every cell's
+#   interval contains 0, against the reference and against plain. The reference's seeds end at 0.98, 0.43
+#   and 0.58: one seed reaches the task's ceiling of 1.0 (12 distinct names), and so do some seeds of every
+#   arm. With group-centred advantages E[A | prompt] = 0, so the drift at the first token is 0 by
+#   construction (measured 0.0000), and the per-token drift `drift_norm` is 5 to 10 times smaller than
+#   under raw rewards for FP8 and int4 (0.0003 and 0.0007 against 0.0029 and 0.0035); with σ = 0.1 it is the
+#   same as under raw rewards (0.0024).
+# * **Does the drift/signal ratio predict where SC helps?** Under raw rewards the first-token ratio is 0.14
+#   (FP8), 0.21 (int4 g128) and 0.49 (FP8 + σ = 0.1), and SC − plain is −0.10 ± 0.74, +0.24 ± 0.09 and
+#   +0.16 ± 0.19: SC helps in the two settings with the larger ratio, and not where it is smallest. Three
+#   points with these intervals suggest it; they do not establish a relation, and the exact KL(q‖p) orders
+#   the three settings the same way (0.0007, 0.0022, 0.0036).
+# * **Not in this map yet**: GRPO's std-scaled advantages, signed rewards, σ = 0.05, and the TIS and SC+MIS
+#   columns (all one parameter away; they are in notebooks 02 and 07 for the raw / σ = 0.1 setting).
