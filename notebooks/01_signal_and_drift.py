@@ -593,9 +593,12 @@ for s in SCALES:
           f"{'top token (p)':>14s} {'|drift| start':>13s} {'end':>8s}")
     for arm, lg in runs[s].items():
         peak = 1 + max(range(n_steps), key=lg["reward"].__getitem__)  # step numbers start at 1
-        top = max(range(vocab_size), key=lg["final_p"].__getitem__)
+        p_max = max(lg["final_p"])
+        # the most probable token(s): tokens tied to float64 round-off are all named (which one is the argmax
+        # of a near-tie depends on the CPU's summation order)
+        top = ",".join(str(v) for v in range(vocab_size) if lg["final_p"][v] > p_max - 1e-6)
         print(f"{arm:10s} {(p0 * R).sum().item():12.4f} {lg['reward'][peak - 1]:8.4f} ({peak:4d}) {lg['final_reward']:8.4f} "
-              f"{lg['final_entropy']:10.3f} {top:6d} ({lg['final_p'][top]:.3f}) {lg['drift_norm'][0]:13.4f} "
+              f"{lg['final_entropy']:10.3f} {top:>7s} ({p_max:.3f}) {lg['drift_norm'][0]:12.4f} "
               f"{lg['drift_norm'][-1]:8.4f}")
     plain = runs[s]["plain"]
     cross = next((t + 1 for t in range(n_steps) if plain["drift_norm"][t] > plain["signal_norm"][t]), None)
