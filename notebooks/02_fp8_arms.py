@@ -196,7 +196,7 @@ print(f"saved {figures_dir}/02_fp8_arms.png and {figures_dir}/02_fp8_arms.json")
 # identical configurations and took 15 min 17 s). Final clean reward, mean ± 95% over the 5 seeds:
 #
 # * **Plain FP8 rises, then turns down.** Its clean reward goes 0.11 → 0.22 after 10 updates, then falls back
-#   to 0.16-0.19 and stays there (final 0.177 ± 0.128), while the no-mismatch bf16 reference keeps climbing
+#   to 0.15-0.20 and stays there (final 0.177 ± 0.128), while the no-mismatch bf16 reference keeps climbing
 #   to 0.387 ± 0.167. Paired, plain − reference is −0.210 ± 0.223: below in 4 seeds of 5, but with 5 seeds
 #   the interval still reaches +0.01, so "plain ends below the reference" is not established at 95%.
 # * **Every correction recovers the gap, and none is told apart from the reference.** Paired against plain:
@@ -207,11 +207,11 @@ print(f"saved {figures_dir}/02_fp8_arms.png and {figures_dir}/02_fp8_arms.json")
 #   The article's "centering matches or beats TIS and MIS" is not supported at this size and seed count;
 #   what is supported is that SC, like IS, removes most of what the mismatch costs plain training.
 # * **Why plain falls.** With raw rewards A ≥ 0 at every prefix, so the drift E_q[A]·(q − p) pulls the
-#   policy toward the sampler at every token. The exact KL(q‖p) per token starts at 0.014 in every FP8 arm
+#   policy toward the sampler at every token. The exact KL(q‖p) per token starts at 0.015 in every FP8 arm
 #   and falls as the policy sharpens; plain's falls fastest (0.0025 over the last 30 steps, against
 #   0.004-0.0065 for the corrected arms): plain training moves toward where the noisy sampler puts its
 #   mass instead of toward reward.
-# * Completion lengths sit at the 24-token budget in every arm (23.4-24.0): with this budget the model
+# * Completion lengths sit at the 24-token budget in every arm (run means 23.7-24.0): with this budget the model
 #   almost never emits EOS, so this setting cannot show length drift.
 #
 # Regime map (advantage modes × real formats × σ) and staleness: notebooks 06 and 07 (`make reproduce-full`).

@@ -208,8 +208,8 @@ print(f"saved {figures_dir}/06_regime_map.{{png,json}} and {figures_dir}/06_drif
 # * **Raw rewards: real int4 weights are where score centering clearly helps.** With int4 group-128 weights
 #   (σ = 0) plain ends at 0.09-0.23 and SC at 0.37-0.45: SC − plain +0.24 ± 0.09, the only SC cell whose
 #   interval excludes 0 (MIS +0.18 ± 0.52 is not resolved). Under FP8 + σ = 0.1 MIS − plain is +0.21 ± 0.18
-#   and SC − plain +0.16 ± 0.19 (reaching 0 by 0.02). Under FP8 alone the mismatch is too small to cost plain
-#   anything (plain 0.41-0.44 against the reference's 0.20-0.58), MIS is *below* plain (−0.11 ± 0.05) and one
+#   and SC − plain +0.16 ± 0.19 (reaching 0 by 0.02). Under FP8 alone no cost to plain is detected (plain −
+#   reference +0.03 ± 0.51; plain 0.41-0.44 against the reference's 0.20-0.58), MIS is *below* plain (−0.11 ± 0.05) and one
 #   SC seed collapsed to 0 (−0.10 ± 0.74).
 # * **The paper's recipe (centered advantages): nothing separates, and the task saturates.** Every cell's
 #   interval contains 0, against the reference and against plain. The reference's seeds end at 0.98, 0.43
@@ -220,7 +220,8 @@ print(f"saved {figures_dir}/06_regime_map.{{png,json}} and {figures_dir}/06_drif
 #   same as under raw rewards (0.0024).
 # * **Does the drift/signal ratio predict where SC helps?** Under raw rewards the first-token ratio is 0.14
 #   (FP8), 0.21 (int4 g128) and 0.49 (FP8 + σ = 0.1), and SC − plain is −0.10 ± 0.74, +0.24 ± 0.09 and
-#   +0.16 ± 0.19: SC helps in the two settings with the larger ratio, and not where it is smallest. Three
+#   +0.16 ± 0.19: SC's estimate is positive in the two settings with the larger ratio (resolved only for
+#   int4) and negative where the ratio is smallest. Three
 #   points with these intervals suggest it; they do not establish a relation, and the exact KL(q‖p) orders
 #   the three settings the same way (0.0007, 0.0022, 0.0036).
 # * **Not in this map yet**: GRPO's std-scaled advantages, signed rewards, σ = 0.05, and the TIS and SC+MIS

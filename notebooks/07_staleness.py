@@ -157,19 +157,19 @@ print(f"saved {figures_dir}/07_staleness.png and {figures_dir}/07_staleness.json
 #
 # * **Staleness at this learning rate is a far larger mismatch than FP8.** One SGD step at lr 0.5 moves this
 #   policy so much that a sampler s steps behind is 0.1 to 2.6 nats of KL(q‖p) per token away (run means),
-#   against 0.014 for FP8 + σ = 0.1 in notebook 02. The s = 0 reference reproduces notebook 02's bf16 runs
+#   against 0.015 at step 0 and 0.0025-0.0065 late in training for FP8 + σ = 0.1 in notebook 02. The s = 0 reference reproduces notebook 02's bf16 runs
 #   exactly (0.579, 0.412, 0.203: the same configuration), 0.398 ± 0.468 over its 3 seeds.
 # * **Uncorrected stale training fails at every s.** Plain ends at 0.10-0.24, below the reference and below
 #   every corrected arm's mean at every s; paired, SC+TIS − plain is +0.21 ± 0.05 at s = 1 and +0.21 ± 0.20
-#   at s = 4, SC+MIS − plain +0.18 ± 0.15 at s = 4 (intervals above 0); the other paired differences to
-#   plain are positive with intervals that reach below 0.
+#   at s = 4, SC+MIS − plain +0.32 ± 0.26 at s = 1 and +0.18 ± 0.15 at s = 4 (intervals above 0); the other
+#   paired differences to plain are positive with intervals that reach below 0.
 # * **The paper's claim, SC + IS beats IS under staleness, is not shown here.** SC+TIS − TIS: −0.14 ± 0.33,
 #   −0.22 ± 0.25, +0.00 ± 0.50, +0.03 ± 0.03 (s = 1, 2, 4, 8); SC+MIS − MIS: +0.19 ± 0.29, −0.23 ± 0.56,
 #   −0.06 ± 0.66, +0.09 ± 0.09. Only SC+MIS − MIS at s = 8 has an interval above 0 (by 0.007), and at
 #   s = 1-2 the point estimates for TIS go the other way. With 3 seeds and this spread (a run's final reward
 #   varies by ±0.3 between seeds) only differences above about 0.3 can be resolved, and none of that size
 #   appears between SC + IS and IS.
-# * **Centering lets the policy run further from its stale sampler.** The SC + IS arms train under 2 to 5
+# * **Centering lets the policy run further from its stale sampler.** The SC + IS arms train under 1.6 to 5.7
 #   times the KL of the IS arms (0.3-1.0 against 0.1-0.24 nats per token): TIS and MIS shrink the update
 #   where the ratio is far from 1, centering does not (it removes the drift, not the step size), so with a
 #   stale sampler the trainer's policy moves away from it faster.
