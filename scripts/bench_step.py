@@ -36,14 +36,16 @@ REPO = Path(__file__).resolve().parent.parent
 
 def child(out_dir: str) -> None:
     """One side: build the trainer, then answer 'step' (one timed step) or 'batch PATH' (fixed batch)."""
+    import dataclasses
+
     import torch
 
     torch.set_num_threads(1)
     import scrl_min
     from scrl_min.core import TrainConfig
 
-    extra = {f: v for f, v in (("eval_every", 0), ("measure_drift", False))
-             if f in {x.name for x in __import__("dataclasses").fields(TrainConfig)}}
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}  # the baseline has neither of these
+    extra = {f: v for f, v in (("eval_every", 0), ("measure_drift", False)) if f in fields}
     tr = scrl_min.Trainer(scrl_min.arm_config("sc", steps=10_000, out_dir=out_dir, progress=False, **extra))
     tr._resume()
     gen = {"s": 0.0}

@@ -18,6 +18,11 @@ REPO = Path(__file__).resolve().parent.parent
 FIG = REPO / "figures"
 
 
+def pm(mean: float, ci95: float, signed: bool = False) -> str:
+    """'mean ± half-width' as the tables print it; signed for differences."""
+    return f"{mean:+.3f} ± {ci95:.3f}" if signed else f"{mean:.3f} ± {ci95:.3f}"
+
+
 def table_02() -> str:
     d = json.loads((FIG / "02_fp8_arms.json").read_text())
     p, final = d["parameters"], d["final"]
@@ -30,10 +35,10 @@ def table_02() -> str:
              "|---|---|---|---|---|---|"]
     for arm in arms:
         f = final[arm]
-        dp = "—" if arm == plain else f"{f['minus_plain_mean']:+.3f} ± {f['minus_plain_ci95']:.3f}"
-        dr = "—" if arm == ref else f"{f['minus_reference_mean']:+.3f} ± {f['minus_reference_ci95']:.3f}"
-        lines.append(f"| {arm} | {f['final_eval_mean']:.3f} ± {f['final_eval_ci95']:.3f} | {dp} | {dr} | "
-                     f"{f['train_reward_last30_mean']:.3f} ± {f['train_reward_last30_ci95']:.3f} | "
+        dp = "—" if arm == plain else pm(f["minus_plain_mean"], f["minus_plain_ci95"], signed=True)
+        dr = "—" if arm == ref else pm(f["minus_reference_mean"], f["minus_reference_ci95"], signed=True)
+        lines.append(f"| {arm} | {pm(f['final_eval_mean'], f['final_eval_ci95'])} | {dp} | {dr} | "
+                     f"{pm(f['train_reward_last30_mean'], f['train_reward_last30_ci95'])} | "
                      + " ".join(f"{v:.2f}" for v in f["final_eval_per_seed"]) + " |")
     return "\n".join(lines)
 
@@ -44,15 +49,15 @@ def table_07() -> str:
     st = p["staleness"]
     lines = [f"Notebook 07 (`make reproduce-full`; `figures/07_staleness.json`): staleness alone ({p['sampler_precision']} "
              f"sampler, no noise), {p['advantage_mode']} advantages, {p['steps']} steps, {len(p['seeds'])} paired seeds; "
-             f"final clean reward, mean ± 95%. The s = 0 reference: {final['reference_s0']['mean']:.3f} ± "
-             f"{final['reference_s0']['ci95']:.3f}.", "",
+             f"final clean reward, mean ± 95%. The s = 0 reference: "
+             f"{pm(final['reference_s0']['mean'], final['reference_s0']['ci95'])}.", "",
              "| arm | " + " | ".join(f"s = {s}" for s in st) + " |", "|---" * (len(st) + 1) + "|"]
     for arm in p["arms"]:
-        lines.append(f"| {arm} | " + " | ".join(f"{final[arm][f's={s}']['mean']:.3f} ± {final[arm][f's={s}']['ci95']:.3f}"
-                                            for s in st) + " |")
+        cells = (final[arm][f"s={s}"] for s in st)
+        lines.append(f"| {arm} | " + " | ".join(pm(c["mean"], c["ci95"]) for c in cells) + " |")
     for name, row in paired.items():
-        lines.append(f"| {name} (paired) | " + " | ".join(f"{row[f's={s}']['mean']:+.3f} ± {row[f's={s}']['ci95']:.3f}"
-                                                       for s in st) + " |")
+        cells = (row[f"s={s}"] for s in st)
+        lines.append(f"| {name} (paired) | " + " | ".join(pm(c["mean"], c["ci95"], signed=True) for c in cells) + " |")
     return "\n".join(lines)
 
 
@@ -67,8 +72,7 @@ def table_06() -> str:
              + " | ".join(f"{a} − {p['arms'][0]}" for a in pl["cols"]) + " | KL(q‖p) | drift | signal |",
              "|---" * (1 + len(ref["cols"]) + len(pl["cols"]) + 3) + "|"]
     for i, row in enumerate(ref["rows"]):
-        cells = [f"{ref['mean'][i][j]:+.3f} ± {ref['ci95'][i][j]:.3f}" for j in range(len(ref["cols"]))]
-        cells += [f"{pl['mean'][i][j]:+.3f} ± {pl['ci95'][i][j]:.3f}" for j in range(len(pl["cols"]))]
+        cells = [pm(mp["mean"][i][j], mp["ci95"][i][j], signed=True) for mp in (ref, pl) for j in range(len(mp["cols"]))]
         m = measured[row]
         cells += [f"{m['kl_qp']:.4f}", f"{m['drift_first']:.4f}", f"{m['signal_first']:.4f}"]
         lines.append(f"| {row} | " + " | ".join(cells) + " |")

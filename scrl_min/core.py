@@ -605,19 +605,15 @@ def compute_advantages(rewards: torch.Tensor, group_size: int, mode: str) -> tor
         return rewards.clone()
     if mode == "signed":
         return 2.0 * rewards - 1.0
-    if mode == "centered":
+    if mode in ("grpo", "centered"):
         if group_size < 2 or rewards.numel() % group_size:
-            raise ScrlError(f"centered advantages need groups of >= 2 that split {rewards.numel()} "
+            raise ScrlError(f"{mode} advantages need groups of >= 2 that split the {rewards.numel()} "
                             f"rewards, got group_size {group_size}")
-        g = 2.0 * rewards.view(-1, group_size) - 1.0
-        return (g - g.mean(1, keepdim=True)).view(-1)
-    if mode == "grpo":
-        if group_size < 2:
-            raise ScrlError(f"grpo advantages need group_size >= 2, got {group_size}")
-        if rewards.numel() % group_size:
-            raise ScrlError(f"{rewards.numel()} rewards do not split into groups of {group_size}")
-        g = rewards.view(-1, group_size)
-        return ((g - g.mean(1, keepdim=True)) / (g.std(1, keepdim=True) + 1e-4)).view(-1)
+        g = rewards.view(-1, group_size)  # (groups, G)
+        if mode == "grpo":
+            return ((g - g.mean(1, keepdim=True)) / (g.std(1, keepdim=True) + 1e-4)).view(-1)
+        signed = 2.0 * g - 1.0  # centered: (2r − 1) − mean_G(2r − 1)
+        return (signed - signed.mean(1, keepdim=True)).view(-1)
     raise ScrlError(f"unknown advantage mode {mode!r}; choose one of {ADVANTAGE_MODES}")
 
 
