@@ -79,8 +79,48 @@ def table_06() -> str:
     return "\n".join(lines)
 
 
+def table_08() -> str:
+    d = json.loads((FIG / "08_length_drift.json").read_text())
+    p, final = d["parameters"], d["final"]
+    ref, plain = p["arms"][0], p["arms"][1]
+    lines = [f"Notebook 08, part 1 (`make reproduce-full`; `figures/08_length_drift.json`): {p['advantage_mode']} rewards, "
+             f"FP8 + σ = {p['noise_std']}, a {p['max_new_tokens']}-token budget (names target {p['names_target']}), "
+             f"{p['steps']} steps, {len(p['seeds'])} paired seeds; the trainer's own completion length and reward on the "
+             f"held-out prompts, mean of the last {p['final_evals']} clean evaluations, mean ± 95%.", "",
+             f"| arm | length (tokens) | length − {ref} | length − {plain} | clean reward | reward − {plain} |",
+             "|---|---|---|---|---|---|"]
+    for arm in p["arms"]:
+        L, R = final[arm]["eval_len"], final[arm]["eval_reward"]
+        diff = lambda x, other, nd: (f"{x[f'minus_{other}']['mean']:+.{nd}f} ± {x[f'minus_{other}']['ci95']:.{nd}f}"
+                                     if f"minus_{other}" in x else "—")
+        lines.append(f"| {arm} | {L['mean']:.1f} ± {L['ci95']:.1f} | {diff(L, ref, 1)} | {diff(L, plain, 1)} | "
+                     f"{pm(R['mean'], R['ci95'])} | {diff(R, plain, 3)} |")
+    return "\n".join(lines)
+
+
+def table_09() -> str:
+    d = json.loads((FIG / "09_signed_mode.json").read_text())
+    p, final = d["parameters"], d["final"]
+    n = len(p["seeds"])
+    lines = [f"Notebook 09 (`make reproduce-full`; `figures/09_signed_mode.json`): {p['advantage_mode']} rewards "
+             f"(A = 2r − 1; `ref_raw`: A = r), {p['steps']} steps, {n} paired seeds; final clean reward, mean ± 95%; "
+             f"collapsed: final clean reward below {p['collapse_below']}; entropy: the trainer's, nats per token, last 10 "
+             f"steps; grad norm: first 10 steps.", "",
+             "| arm | lr | final clean reward | − ref (paired) | collapsed | entropy | grad norm |",
+             "|---|---|---|---|---|---|---|"]
+    for lr in p["lrs"]:
+        for arm in p["arms"]:
+            f = final[f"{arm}/lr={lr}"]
+            dr = pm(f["minus_ref_mean"], f["minus_ref_ci95"], signed=True) if "minus_ref_mean" in f else "—"
+            lines.append(f"| {arm} | {lr} | {pm(f['final_eval_mean'], f['final_eval_ci95'])} | {dr} | "
+                         f"{len(f['collapsed_seeds'])}/{n} | {f['entropy_last10_mean']:.2f} ± {f['entropy_last10_ci95']:.2f} | "
+                         f"{f['grad_norm_first10_mean']:.3f} ± {f['grad_norm_first10_ci95']:.3f} |")
+    return "\n".join(lines)
+
+
 TABLES = {"02": (table_02, "02_fp8_arms.json"), "06": (table_06, "06_regime_map.json"),
-          "07": (table_07, "07_staleness.json")}
+          "07": (table_07, "07_staleness.json"), "08": (table_08, "08_length_drift.json"),
+          "09": (table_09, "09_signed_mode.json")}
 
 
 def blocks() -> dict:

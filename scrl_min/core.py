@@ -828,13 +828,16 @@ def drift_and_signal(full_logq: torch.Tensor, full_logp: torch.Tensor, ids: torc
                  ‖E_q[A] (q − p)‖² and ‖Cov_q(A, e_y)‖², averaged over groups, then the square root
                  (0 where the estimate of the square is negative)
     tv_qp        mean over tokens of ½ ‖q − p‖₁ (total variation), kl_qp  mean of KL(q‖p), exact
+    entropy_p, entropy_q  mean over tokens of the trainer's and the sampler's entropy, nats, exact
     """
-    q, m = full_logq.exp(), mask
-    diff = q - full_logp.exp()  # (B, T, V)
+    q, p, m = full_logq.exp(), full_logp.exp(), mask
+    diff = q - p  # (B, T, V)
     A = adv[:, None].expand_as(ids)  # (B, T)
     out = dict(drift_norm=(A.abs() * diff.norm(dim=-1))[m].mean().item(),
                tv_qp=(0.5 * diff.abs().sum(-1))[m].mean().item(),
-               kl_qp=(q * (full_logq - full_logp)).sum(-1)[m].mean().item())
+               kl_qp=(q * (full_logq - full_logp)).sum(-1)[m].mean().item(),
+               entropy_p=-(p * full_logp).nan_to_num().sum(-1)[m].mean().item(),
+               entropy_q=-(q * full_logq).nan_to_num().sum(-1)[m].mean().item())
     G = group_size
     if G >= 2 and ids.shape[0] % G == 0:
         e_y = torch.zeros_like(q[:, 0]).scatter_(-1, ids[:, :1], 1.0)  # (B, V) first token

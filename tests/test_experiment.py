@@ -38,7 +38,7 @@ def brute_drift_signal(logq, logp, ids, adv, mask, G):
     """The definitions, one token and one pair at a time, float64."""
     q, p = logq.double().exp(), logp.double().exp()
     B, T, V = q.shape
-    drift, tv, kl, n = 0.0, 0.0, 0.0, 0
+    drift, tv, kl, hp, hq, n = 0.0, 0.0, 0.0, 0.0, 0.0, 0
     for b in range(B):
         for t in range(T):
             if not mask[b, t]:
@@ -47,6 +47,8 @@ def brute_drift_signal(logq, logp, ids, adv, mask, G):
             drift += abs(adv[b].item()) * math.sqrt(sum(x * x for x in d))
             tv += 0.5 * sum(abs(x) for x in d)
             kl += sum(q[b, t, v].item() * (logq[b, t, v].item() - logp[b, t, v].item()) for v in range(V))
+            hp -= sum(x * math.log(x) for x in p[b, t].tolist() if x > 0)
+            hq -= sum(x * math.log(x) for x in q[b, t].tolist() if x > 0)
             n += 1
     sig_sq, dr_sq = [], []
     for g in range(B // G):
@@ -56,7 +58,7 @@ def brute_drift_signal(logq, logp, ids, adv, mask, G):
         pairs = [(i, j) for i, j in itertools.permutations(rows, 2)]
         sig_sq.append(sum(sum(a * b for a, b in zip(X[i], X[j])) for i, j in pairs) / len(pairs))
         dr_sq.append(sum(sum(a * b for a, b in zip(Y[i], Y[j])) for i, j in pairs) / len(pairs))
-    return dict(drift_norm=drift / n, tv_qp=tv / n, kl_qp=kl / n,
+    return dict(drift_norm=drift / n, tv_qp=tv / n, kl_qp=kl / n, entropy_p=hp / n, entropy_q=hq / n,
                 drift_first=math.sqrt(max(0.0, sum(dr_sq) / len(dr_sq))),
                 signal_first=math.sqrt(max(0.0, sum(sig_sq) / len(sig_sq))))
 

@@ -1,0 +1,326 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 08 · The readers' two questions: length drift, and per-prompt offsets
+#
+# Two questions readers of the paper asked, answered with measurements on the embedded tiny Qwen3:
+#
+# 1. **Does length drift drop under centering?** Mismatch can move completion length for no reason the
+#    reward gives: if the sampler puts more (or less) mass on EOS than the trainer, the drift term pulls
+#    the trainer's EOS probability toward the sampler's. Notebook 02 cannot show this: its 24-token
+#    budget is nearly always used up. Here the budget is 96 tokens, where the starting policy ends most
+#    completions by itself (median length about 58), and each arm's length is compared, seed by seed,
+#    with the no-mismatch reference.
+# 2. **Does centering remove per-prompt offsets?** docs/method.md ("Measuring drift and signal, and
+#    per-prompt offsets") says what that means: adding a constant c to every reward of a prompt changes
+#    the expected plain update by c·μ, the drift direction, and the expected centered update by 0. Part 2
+#    measures the *offset response* E[g₁] (the expected gradient when every advantage is 1) in parameter
+#    space, with and without centering and mismatch, against the signal it competes with.
+#
+# **Run time**: part 1 (4 arms × 3 seeds × 80 steps at 96 tokens) takes about 25 minutes on 2 CPU cores,
+# two runs at a time; part 2 about 3 minutes. `make reproduce-full` writes `figures/08_*`; the defaults
+# write `runs/figures/08_*.{png,json}`.
+
+# %% tags=["parameters"]
+# Parameters (papermill replaces this cell; CI shrinks it through notebooks/ci_parameters.yaml)
+model = "default"  # policy: "default" (embedded tiny Qwen3) or a local checkpoint path / HF model id
+# part 1: length drift
+arms = ["bf16", "plain", "mis", "sc"]  # arms (first: the no-mismatch reference, second: the uncorrected arm)
+seeds = [0, 1, 2]  # paired seeds
+advantage_mode = "raw"  # raw rewards: the drift is a steady pull (notebook 02's setting)
+noise_std = 0.1  # σ of the FP8 arms
+steps = 80  # RL steps per run
+prompts_per_step = 8  # distinct prompts per step
+group_size = 4  # G: completions per prompt
+max_new_tokens = 96  # completion budget, tokens: well above the starting policy's median length
+names_target = 24  # distinct names for the full reward (12 for 24 tokens; scaled with the budget for headroom)
+lr = 0.5  # SGD learning rate
+eval_every = 10  # steps between clean evaluations (reward and length of the trainer's own policy)
+final_evals = 3  # last clean evaluations averaged into a run's final value
+workers = 2  # runs in parallel, one CPU thread each
+smooth = 10  # moving-average window of the training curves, steps
+runs_dir = "runs/08_length"  # one folder per run configuration, relative to the repo root
+# part 2: per-prompt offsets
+offset_prompts = 8  # prompts measured
+offset_samples = 128  # completions per prompt (split into chunks for the unbiased norm estimate)
+offset_chunks = 16  # chunks per prompt: the norm of an expected gradient is estimated over chunk pairs
+offset_tokens = 24  # completion length of part 2, tokens
+offset_seed = 0  # seeds the prompts, the sampling and the noise draw of part 2
+figures_dir = "runs/figures"  # figures and their numbers, relative to the repo root (`make reproduce-full` writes figures/)
+
+# %%
+import json
+
+import numpy as np
+import matplotlib.pyplot as plt
+import torch
+import scrl_min
+from scrl_min import arm_config, eval_curve, mean_ci95, moving_average, train_many, with_run_dir
+from scrl_min.core import REPO_ROOT, DEFAULT_MODEL_PATH
+
+if len(seeds) < 2:
+    raise ValueError(f"95% intervals need at least 2 seeds, got seeds={seeds}")
+for a in arms:
+    arm_config(a)  # fails fast on an unknown arm
+if offset_chunks < 2 or offset_samples % offset_chunks:
+    raise ValueError(f"offset_samples ({offset_samples}) must split into offset_chunks >= 2 equal chunks")
+model_path = str(DEFAULT_MODEL_PATH) if model == "default" else model
+fig_dir = REPO_ROOT / figures_dir
+fig_dir.mkdir(parents=True, exist_ok=True)
+ref_arm, plain_arm = arms[0], arms[1]
+
+# %% [markdown]
+# ## Part 1 · Length drift
+#
+# Every (arm, seed) at a 96-token budget; the same paired seeds and clean evaluation as notebook 02, whose
+# `eval_len` is the mean completion length of the trainer's own policy on the held-out prompts.
+
+# %%
+jobs = {}
+for seed in seeds:
+    for arm in arms:
+        noise = {} if "noise_std" in scrl_min.ARMS[arm] else {"noise_std": noise_std}
+        cfg = arm_config(arm, model=model_path, seed=seed, steps=steps, prompts_per_step=prompts_per_step,
+                         group_size=group_size, max_new_tokens=max_new_tokens, names_target=names_target,
+                         lr=lr, advantage_mode=advantage_mode, eval_every=eval_every, **noise)
+        jobs[(arm, seed)] = with_run_dir(cfg, REPO_ROOT / runs_dir, f"{advantage_mode}-{arm}-T{max_new_tokens}-s{seed}")
+results = dict(zip(jobs, train_many(list(jobs.values()), workers=workers)))
+print(f"{len(jobs)} runs, {sum(r['seconds'] for recs in results.values() for r in recs) / 60:.1f} CPU-thread minutes")
+
+# %% [markdown]
+# ## Part 1 · Completion length against RL updates
+#
+# Left: the trainer's own completion length on the held-out prompts (`eval_len`, clean evaluation), mean
+# over seeds with its 95% band. Middle: the same minus the reference, paired by seed: the length change the
+# mismatch caused, which the question is about (length can also change because of the reward: longer code
+# holds more distinct names; that part is in the reference too). Right: the clean reward, for context.
+
+# %%
+colors = {"bf16": "black", "plain": "tab:red", "tis": "tab:orange", "mis": "tab:purple",
+          "sc": "tab:blue", "sc_tis": "tab:cyan", "sc_mis": "tab:green"}
+
+
+def eval_series(recs, key):
+    """(updates, values) of a clean-evaluation metric: the step-0 value, then every evaluation."""
+    ev = [r for r in recs if key in r]
+    return (np.array([0] + [r["step"] + 1 for r in ev]), np.array([recs[0][f"{key}_init"]] + [r[key] for r in ev]))
+
+
+fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
+length = {"curves": {}, "final": {}}
+L = {arm: np.array([eval_series(results[(arm, s)], "eval_len")[1] for s in seeds]) for arm in arms}
+E = {arm: np.array([eval_curve(results[(arm, s)])[1] for s in seeds]) for arm in arms}
+x = eval_series(results[(arms[0], seeds[0])], "eval_len")[0]
+for arm in arms:
+    for ax, Y in ((axes[0], L[arm]), (axes[1], L[arm] - L[ref_arm]), (axes[2], E[arm])):
+        if ax is axes[1] and arm == ref_arm:
+            continue
+        m, h = mean_ci95(Y)
+        ax.plot(x, m, color=colors.get(arm), label=arm, lw=2 if arm in (ref_arm, "sc") else 1.3)
+        ax.fill_between(x, m - h, m + h, color=colors.get(arm), alpha=0.12)
+    length["curves"][arm] = dict(updates=x.tolist(), eval_len=L[arm].tolist(), eval_reward=E[arm].tolist(),
+                                 train_len=[[r["completion_len"] for r in results[(arm, s)]] for s in seeds])
+axes[1].axhline(0, color="black", lw=1)
+for ax, yl in zip(axes, ("clean eval completion length (tokens)", f"length − {ref_arm} (paired by seed)",
+                         "clean eval reward")):
+    ax.set_xlabel("RL updates")
+    ax.set_ylabel(yl)
+axes[0].axhline(max_new_tokens, color="gray", ls=":", lw=1)
+axes[0].legend(fontsize=8)
+fig.suptitle(f"Length at a {max_new_tokens}-token budget: {advantage_mode} rewards, FP8 + σ = {noise_std}; "
+             f"{len(seeds)} paired seeds, mean and 95% band")
+fig.tight_layout()
+fig.savefig(fig_dir / "08_length_drift.png", dpi=110)
+plt.show()
+
+# %% [markdown]
+# Final values (mean of the last `final_evals` clean evaluations), mean ± 95% over seeds, and each arm's paired
+# difference to the reference and to the uncorrected arm.
+
+# %%
+fin = {k: {arm: np.array([np.mean(v[arm][i][-final_evals:]) for i in range(len(seeds))]) for arm in arms}
+       for k, v in (("eval_len", L), ("eval_reward", E))}
+print(f"{'arm':7s}{'length':>17s}{'− ' + ref_arm:>18s}{'− ' + plain_arm:>18s}{'reward':>17s}{'− ' + plain_arm:>18s}")
+for arm in arms:
+    row = {}
+    for key in ("eval_len", "eval_reward"):
+        f = fin[key][arm]
+        row[key] = dict(mean=float(f.mean()), ci95=float(mean_ci95(f)[1]), per_seed=f.tolist())
+        for other in (ref_arm, plain_arm):
+            if other != arm:
+                d = f - fin[key][other]
+                row[key][f"minus_{other}"] = dict(zip(("mean", "ci95"), map(float, mean_ci95(d))))
+    length["final"][arm] = row
+    fmt = lambda d, key: f"{d[key]['mean']:+.2f} ± {d[key]['ci95']:.2f}" if key in d else "—"
+    print(f"{arm:7s}{row['eval_len']['mean']:9.1f} ± {row['eval_len']['ci95']:5.1f}"
+          f"{fmt(row['eval_len'], 'minus_' + ref_arm):>18s}{fmt(row['eval_len'], 'minus_' + plain_arm):>18s}"
+          f"{row['eval_reward']['mean']:10.3f} ± {row['eval_reward']['ci95']:.3f}"
+          f"{fmt(row['eval_reward'], 'minus_' + plain_arm):>18s}")
+params1 = dict(model=model, arms=arms, seeds=seeds, advantage_mode=advantage_mode, noise_std=noise_std,
+               steps=steps, prompts_per_step=prompts_per_step, group_size=group_size,
+               max_new_tokens=max_new_tokens, names_target=names_target, lr=lr, eval_every=eval_every,
+               final_evals=final_evals)
+(fig_dir / "08_length_drift.json").write_text(json.dumps({"parameters": params1, **length}, indent=1))
+print(f"saved {figures_dir}/08_length_drift.png and {figures_dir}/08_length_drift.json")
+
+# %% [markdown]
+# ## Part 2 · Per-prompt offsets
+#
+# **What is measured.** For one prompt x, let g_A be the gradient of the loss (`score_centered_pg_loss`, token
+# mean) over completions drawn from the sampler, with advantages A. Adding an offset c to every reward of x
+# adds c·g₁ to it, where g₁ uses A ≡ 1. So the *offset response* E[g₁] is what the policy learns from a
+# prompt-wide constant: docs/method.md shows it is the drift direction μ (zero on-policy) for the plain
+# loss and 0 for the centered one, if the centering term is exact. Here it is measured in parameter space on
+# the starting policy, for the sampler of part 1 (FP8 + σ) and for the no-mismatch bf16 sampler, with
+#
+# * `plain` (no centering), `sc` (score centering with the experiments' top-128 head: the tail of q is
+#   estimated as ρ times the trainer's tail), `sc_exact` (centering with the whole vocabulary as the head,
+#   k = V: exact);
+# * next to it, the signal that an offset competes with: E[g_{r − b}], the gradient with the prompt's
+#   rewards minus their leave-one-out mean b (a baseline that is itself free of offsets).
+#
+# The norm of an expected gradient is estimated without bias from `offset_chunks` independent chunk means
+# ḡ_m: ‖E g‖² ≈ Σ_{m≠m'} ḡ_m · ḡ_m' / (M(M − 1)). Its expectation is exactly ‖E g‖², so where E g = 0 the
+# estimates scatter around 0 and can be negative; they are averaged over prompts (with a 95% interval
+# over prompts) before the square root is taken.
+
+# %%
+from scrl_min.core import (TorchSampler, distinct_names_reward, load_policy, make_task_dataset,
+                           reduce_loss, score_centered_pg_loss, trainer_logprobs)
+
+torch.manual_seed(offset_seed)
+policy, tok = load_policy(model_path)
+V = policy.config.vocab_size
+prompts = make_task_dataset(offset_prompts, seed=offset_seed)["prompt"]
+prompt_ids = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
+                                      tokenize=True, return_dict=False) if tok.chat_template
+              else tok(p)["input_ids"] for p in prompts]  # as the trainer encodes them
+params_ = [p for p in policy.parameters() if p.requires_grad]
+samplers = {
+    "fp8_noise": dict(precision="fp8", noise_std=noise_std),
+    "bf16": dict(precision="bf16", noise_std=0.0),
+}
+variants = {"plain": (False, 128), "sc": (True, 128), "sc_exact": (True, V)}
+
+
+def flat_grad(ro, adv, centering, k):
+    """Gradient (flattened over every parameter) of the token-mean loss of rollout `ro` with advantages `adv`."""
+    logp, logp_head = trainer_logprobs(policy, ro, 1.0)
+    per_tok, _ = score_centered_pg_loss(logp, logp_head[..., :k], ro.sampler_logp, ro.head_logp[..., :k], adv,
+                                        ro.completion_mask, centering=centering)
+    grads = torch.autograd.grad(reduce_loss(per_tok, ro.completion_mask), params_, allow_unused=True)
+    return torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1) for g, p in zip(grads, params_)])
+
+
+def rows(ro, idx):
+    """The rollout's rows `idx` (the sampler's head is the full vocabulary, k = V, sorted by q)."""
+    return type(ro)(**{f: getattr(ro, f)[idx] for f in ("prompt_ids", "prompt_mask", "completion_ids",
+                                                        "completion_mask", "sampler_logp", "head_ids", "head_logp")})
+
+
+def sq_norm_of_mean(S, sum_sq, M):
+    """Unbiased ‖E g‖² from M chunk means: (‖Σ ḡ_m‖² − Σ ‖ḡ_m‖²) / (M (M − 1))."""
+    return float((S.double().pow(2).sum() - sum_sq) / (M * (M - 1)))
+
+
+offsets = {}  # (sampler, variant, "offset" | "signal") → per-prompt estimates of ‖E g‖²
+baselines = {}
+chunk = offset_samples // offset_chunks
+with scrl_min.core.progress_bar(total=len(samplers) * len(prompt_ids), desc="offset response") as bar:
+    for sname, skw in samplers.items():
+        sampler = TorchSampler(policy.config, k=V, seed=offset_seed, fp8_backend="emulated", **skw)
+        sampler.push_weights(policy.state_dict())
+        for pi, ids in enumerate(prompt_ids):
+            g = torch.Generator().manual_seed(offset_seed * 1_000_003 + pi)
+            ro = sampler.generate([ids] * offset_samples, offset_tokens, tok.eos_token_id, tok.pad_token_id, generator=g)
+            texts = tok.batch_decode(ro.completion_ids.masked_fill(~ro.completion_mask, tok.pad_token_id),
+                                     skip_special_tokens=True)
+            r = torch.tensor([distinct_names_reward(t, scrl_min.TrainConfig.names_target) for t in texts])
+            loo = (r.sum() - r) / (len(r) - 1)  # leave-one-out baseline: independent of the sample's own reward
+            baselines[(sname, pi)] = float(r.mean())
+            acc = {}  # (variant, what) → (Σ_m ḡ_m, Σ_m ‖ḡ_m‖²)
+            for m in range(offset_chunks):
+                part = slice(m * chunk, (m + 1) * chunk)
+                gm = {(vname, what): flat_grad(rows(ro, part), adv[part], centering, k).double()
+                      for vname, (centering, k) in variants.items()
+                      for what, adv in (("offset", torch.ones_like(r)), ("signal", r - loo))}
+                # the drift term alone (plain − exact centering) and the top-k estimator's error (sc − exact)
+                gm[("drift_term", "offset")] = gm[("plain", "offset")] - gm[("sc_exact", "offset")]
+                gm[("tail_error", "offset")] = gm[("sc", "offset")] - gm[("sc_exact", "offset")]
+                for key, v in gm.items():
+                    S, sq = acc.get(key, (0.0, 0.0))
+                    acc[key] = (S + v, sq + v.pow(2).sum())
+            for (vname, what), (S, sq) in acc.items():
+                offsets.setdefault((sname, vname, what), []).append(sq_norm_of_mean(S, sq, offset_chunks))
+            bar.update()
+
+# %% [markdown]
+# ### The offset response against the signal
+#
+# Bars: √(mean over prompts of the ‖E g‖² estimates), with the 95% interval over prompts carried through the
+# square root (a lower end below 0 is drawn at 0). Red: the offset response ‖E g₁‖, what a unit offset on a
+# prompt's rewards adds to its expected update; blue: the signal ‖E g_{r − b}‖. Two differences of the same
+# samples are measured too, with far less noise than either side: `drift_term` = plain − sc_exact (the part
+# of the plain offset response that exact centering removes: the drift μ in parameter space) and
+# `tail_error` = sc − sc_exact (what the top-128 estimator leaves of it). Under raw rewards a prompt's baseline
+# b(x) is exactly such an offset, so the raw update of prompt x carries b(x) times the offset response beside
+# its signal (right).
+
+# %%
+def root_ci(vals):
+    """(√mean, √lower, √upper) of per-prompt estimates of a squared norm; negative ends clip to 0."""
+    m, h = mean_ci95(np.array(vals))
+    return tuple(float(np.sqrt(max(v, 0.0))) for v in (m, m - h, m + h))
+
+
+names = [(s, v) for s in samplers for v in (*variants, "drift_term", "tail_error")]
+fig, axes = plt.subplots(1, 2, figsize=(15, 4.8), gridspec_kw=dict(width_ratios=[1.6, 1]))
+summary = {}
+xs = np.arange(len(names))
+for j, (what, color) in enumerate((("offset", "tab:red"), ("signal", "tab:blue"))):
+    idx = [i for i, (s, v) in enumerate(names) if (s, v, what) in offsets]
+    vals = [root_ci(offsets[(*names[i], what)]) for i in idx]
+    mid = np.array([v[0] for v in vals])
+    err = np.array([[v[0] - v[1] for v in vals], [v[2] - v[0] for v in vals]])
+    axes[0].bar(xs[idx] + (j - 0.5) * 0.38, mid, 0.38, yerr=err, color=color, capsize=3,
+                label="offset response ‖E g₁‖" if what == "offset" else "signal ‖E g_{r − b}‖")
+    for i, (m_, lo, hi) in zip(idx, vals):
+        s, v = names[i]
+        summary.setdefault(f"{s}/{v}", {})[what] = dict(norm=m_, lo=lo, hi=hi, sq_per_prompt=offsets[(s, v, what)])
+axes[0].set_xticks(xs, [f"{s}\n{v}" for s, v in names], fontsize=7)
+axes[0].set_ylabel("norm of the expected gradient (parameter space)")
+axes[0].legend(fontsize=8)
+axes[0].set_title("what a unit per-prompt offset adds to the expected update, and the signal")
+b = np.array([baselines[("fp8_noise", i)] for i in range(len(prompt_ids))])
+sig = np.sqrt(np.clip(offsets[("fp8_noise", "sc_exact", "signal")], 0, None))
+for v, mk in (("drift_term", "o"), ("tail_error", "^")):
+    axes[1].scatter(sig, b * np.sqrt(np.clip(offsets[("fp8_noise", v, "offset")], 0, None)), marker=mk, s=40,
+                    label={"drift_term": "plain: b(x)·‖E drift term‖", "tail_error": "sc (top-128): b(x)·‖E tail error‖"}[v])
+lim = max(axes[1].get_xlim()[1], axes[1].get_ylim()[1])
+axes[1].plot([0, lim], [0, lim], color="gray", lw=1, ls="--", label="offset part = signal")
+axes[1].set_xlabel("‖E g_{r − b}‖ per prompt (signal)")
+axes[1].set_ylabel("offset part of the raw update, per prompt")
+axes[1].set_title(f"FP8 + σ = {noise_std}, raw rewards: the baseline as an offset")
+axes[1].legend(fontsize=8)
+fig.tight_layout()
+fig.savefig(fig_dir / "08_prompt_offsets.png", dpi=110)
+plt.show()
+
+print(f"{'sampler/variant':24s}{'‖E g₁‖ (offset) [95%]':>30s}{'‖E g_(r−b)‖ (signal) [95%]':>32s}")
+for key, row in summary.items():
+    cell = lambda d: f"{d['norm']:10.4f} [{d['lo']:.4f}, {d['hi']:.4f}]" if d else ""
+    print(f"{key:24s}{cell(row.get('offset')):>30s}{cell(row.get('signal')):>32s}")
+print("prompt baselines b(x) under FP8 + σ:", " ".join(f"{v:.3f}" for v in b))
+params2 = dict(model=model, offset_prompts=offset_prompts, offset_samples=offset_samples,
+               offset_chunks=offset_chunks, offset_tokens=offset_tokens, offset_seed=offset_seed, noise_std=noise_std,
+               samplers=samplers, variants={k: dict(centering=c, k=kk) for k, (c, kk) in variants.items()})
+(fig_dir / "08_prompt_offsets.json").write_text(json.dumps(
+    {"parameters": params2, "summary": summary,
+     "baselines": {s: [baselines[(s, i)] for i in range(len(prompt_ids))] for s in samplers}}, indent=1))
+print(f"saved {figures_dir}/08_prompt_offsets.png and {figures_dir}/08_prompt_offsets.json")

@@ -1,0 +1,174 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 09 · The signed-reward puzzle: why did the no-mismatch reference collapse while SC survived?
+#
+# The first version of notebook 02 (one trainer without paired streams or held-out evaluation) found,
+# under signed rewards A = 2r − 1, that the bf16 reference with *no* mismatch collapsed in 2 seeds of 3
+# while FP8 + score centering survived in all 3. Centering cannot help a run that has no mismatch to
+# correct, so either the collapse is a property of the update (step size, the sign of A) that the FP8
+# + SC run escapes for another reason, or it was seed luck. This notebook reruns it under the current
+# trainer (paired seeds, clean evaluation on held-out prompts) with the ablations that separate those
+# explanations:
+#
+# * **arms**: `ref` (bf16 sampler, σ = 0, no correction: no mismatch) · `ref_sc` (the same with score
+#   centering: SC with nothing to remove, so it should change nothing) · `plain` (FP8 + σ = 0.1) ·
+#   `sc` (FP8 + σ = 0.1 + score centering) · `ref_raw` (the reference with raw rewards A = r, notebook
+#   02's mode: the same run without the negative offset);
+# * **learning rate** 0.5 (the experiments' default) and 0.25;
+# * **traces**: the trainer's exact entropy per token (`entropy_p`), the completion length, ρ (the tail
+#   ratio the centering uses) and the clean reward, per step.
+#
+# **What "signed" does.** The task's reward r ∈ [0, 1] starts near 0.1, so A = 2r − 1 starts near −0.8:
+# almost every sampled token is pushed *down*. In expectation on-policy that offset is harmless
+# (E_p[∇ log p] = 0; docs/method.md, "Measuring drift and signal, and per-prompt offsets"), but each
+# sample moves probability away from what was drawn, a large zero-mean kick whose size grows with |A|
+# and the learning rate.
+#
+# **Run time**: the default parameters (4 arms × 2 learning rates × 4 seeds × 100 steps) take about
+# 25 minutes on 2 CPU cores, two runs at a time. `make reproduce-full` writes `figures/09_signed_mode.*`;
+# the defaults write `runs/figures/09_signed_mode.{png,json}`.
+
+# %% tags=["parameters"]
+# Parameters (papermill replaces this cell; CI shrinks it through notebooks/ci_parameters.yaml)
+model = "default"  # policy: "default" (embedded tiny Qwen3) or a local checkpoint path / HF model id
+arms = ["ref", "ref_sc", "plain", "sc", "ref_raw"]  # ref: bf16, σ = 0 · ref_sc: + SC · plain: FP8 + σ · sc: FP8 + σ + SC · ref_raw: ref with raw rewards
+lrs = [0.5, 0.25]  # SGD learning rates (the first is the experiments' default)
+seeds = [0, 1, 2, 3]  # paired seeds
+advantage_mode = "signed"  # A = 2r − 1 (the puzzle's mode)
+noise_std = 0.1  # σ of the FP8 arms
+steps = 100  # RL steps per run
+prompts_per_step = 8  # distinct prompts per step
+group_size = 4  # G: completions per prompt
+max_new_tokens = 24  # completion budget, tokens
+eval_every = 10  # steps between clean evaluations
+final_evals = 3  # last clean evaluations averaged into a run's final reward
+collapse_below = 0.05  # a run has collapsed when its final clean reward is below this
+workers = 2  # runs in parallel, one CPU thread each
+smooth = 5  # moving-average window of the per-step traces, steps
+runs_dir = "runs/09_signed_mode"  # one folder per run configuration, relative to the repo root
+figures_dir = "runs/figures"  # figure and its numbers, relative to the repo root (`make reproduce-full` writes figures/)
+
+# %%
+import json
+
+import numpy as np
+import matplotlib.pyplot as plt
+from scrl_min import arm_config, eval_curve, mean_ci95, moving_average, train_many, with_run_dir
+from scrl_min.core import REPO_ROOT, DEFAULT_MODEL_PATH
+
+ARM_PRESETS = {"ref": ("bf16", {}), "ref_sc": ("bf16", {"centering": True}),
+               "plain": ("plain", {"noise_std": noise_std}), "sc": ("sc", {"noise_std": noise_std}),
+               "ref_raw": ("bf16", {"advantage_mode": "raw"})}
+unknown = sorted(set(arms) - set(ARM_PRESETS))
+if unknown:
+    raise ValueError(f"unknown arm(s) {unknown}; choose from {sorted(ARM_PRESETS)}")
+if len(seeds) < 2:
+    raise ValueError(f"95% intervals need at least 2 seeds, got seeds={seeds}")
+model_path = str(DEFAULT_MODEL_PATH) if model == "default" else model
+fig_dir = REPO_ROOT / figures_dir
+fig_dir.mkdir(parents=True, exist_ok=True)
+
+# %% [markdown]
+# ## Runs
+#
+# Every (arm, learning rate, seed); a seed gives every arm the same prompts, sampling seeds and noise draw.
+
+# %%
+jobs = {}
+for lr in lrs:
+    for seed in seeds:
+        for arm in arms:
+            preset, extra = ARM_PRESETS[arm]
+            fields = dict(model=model_path, seed=seed, steps=steps, lr=lr, prompts_per_step=prompts_per_step,
+                          group_size=group_size, max_new_tokens=max_new_tokens, advantage_mode=advantage_mode,
+                          eval_every=eval_every)
+            cfg = arm_config(preset, **{**fields, **extra})
+            jobs[(arm, lr, seed)] = with_run_dir(cfg, REPO_ROOT / runs_dir, f"{cfg.advantage_mode}-{arm}-lr{lr}-s{seed}")
+results = dict(zip(jobs, train_many(list(jobs.values()), workers=workers)))
+print(f"{len(jobs)} runs, {sum(r['seconds'] for recs in results.values() for r in recs) / 60:.1f} CPU-thread minutes")
+
+# %% [markdown]
+# ## Curves: clean reward, entropy, length, per learning rate
+#
+# One row per learning rate. Left: the clean evaluation reward (the trainer's own policy on held-out prompts),
+# mean over seeds with its 95% band. Middle: the trainer's exact entropy per generated token (nats; moving
+# average over `smooth` steps). Right: ρ, the tail ratio (1 − Σ_H q) / (1 − Σ_H p) that the centering term
+# uses (1 when sampler and trainer agree on the tail's mass).
+
+# %%
+colors = {"ref": "black", "ref_sc": "tab:gray", "plain": "tab:red", "sc": "tab:blue", "ref_raw": "tab:olive"}
+fig, axes = plt.subplots(len(lrs), 3, figsize=(16, 4.2 * len(lrs)), squeeze=False)
+curves = {}
+for i, lr in enumerate(lrs):
+    for arm in arms:
+        x = eval_curve(results[(arm, lr, seeds[0])])[0]
+        E = np.array([eval_curve(results[(arm, lr, s)])[1] for s in seeds])
+        H = np.array([moving_average([r["entropy_p"] for r in results[(arm, lr, s)]], smooth) for s in seeds])
+        R = np.array([moving_average([r["rho_mean"] for r in results[(arm, lr, s)]], smooth) for s in seeds])
+        for ax, Y, xx in ((axes[i, 0], E, x), (axes[i, 1], H, np.arange(H.shape[1])), (axes[i, 2], R, np.arange(R.shape[1]))):
+            m, h = mean_ci95(Y)
+            ax.plot(xx, m, color=colors.get(arm), label=arm, lw=2 if arm in ("ref", "sc") else 1.3,
+                    ls="--" if arm == "ref_sc" else "-")
+            ax.fill_between(xx, m - h, m + h, color=colors.get(arm), alpha=0.1)
+        curves[f"{arm}/lr={lr}"] = {"updates": x.tolist(), "eval_reward": E.tolist(),
+                                    **{k: [[r.get(k) for r in results[(arm, lr, s)]] for s in seeds]
+                                       for k in ("reward", "entropy_p", "entropy_q", "rho_mean", "completion_len",
+                                                 "kl_qp", "grad_norm")}}
+    axes[i, 0].set_ylabel(f"lr {lr}: clean eval reward")
+    axes[i, 1].set_ylabel("trainer entropy per token (nats)")
+    axes[i, 2].set_ylabel("ρ (tail ratio), mean over tokens")
+    for ax in axes[i]:
+        ax.set_xlabel("RL updates" if ax is axes[i, 0] else "RL step")
+axes[0, 0].legend(fontsize=8)
+fig.suptitle(f"Signed rewards (A = 2r − 1): no mismatch (ref, ref_sc) and FP8 + σ = {noise_std} (plain, sc); "
+             f"{len(seeds)} paired seeds, mean and 95% band")
+fig.tight_layout()
+fig.savefig(fig_dir / "09_signed_mode.png", dpi=110)
+plt.show()
+
+# %% [markdown]
+# ## Final reward, collapses, and paired differences
+#
+# A run's final reward is the mean of its last `final_evals` clean evaluations; it has *collapsed* when that is
+# below `collapse_below`. Per (arm, learning rate): mean ± 95% over seeds, the collapsed seeds, the final
+# entropy, the gradient norm over the first 10 steps (before any run has collapsed), and the paired
+# difference to `ref` (the no-mismatch run of the same seed and learning rate).
+
+# %%
+final = {k: float(np.mean(eval_curve(v)[1][-final_evals:])) for k, v in results.items()}
+ent = {k: float(np.mean([r["entropy_p"] for r in v[-10:]])) for k, v in results.items()}
+gnorm = {k: float(np.mean([r["grad_norm"] for r in v[:10]])) for k, v in results.items()}
+table = {}
+print(f"{'arm':8s}{'lr':>6s}{'final eval':>18s}{'− ref':>18s}  collapsed  entropy(last 10)  grad norm(first 10)  per seed")
+for lr in lrs:
+    for arm in arms:
+        f = np.array([final[(arm, lr, s)] for s in seeds])
+        d = f - np.array([final[("ref", lr, s)] for s in seeds]) if "ref" in arms else None
+        collapsed = [s for s in seeds if final[(arm, lr, s)] < collapse_below]
+        H = np.array([ent[(arm, lr, s)] for s in seeds])
+        Gn = np.array([gnorm[(arm, lr, s)] for s in seeds])
+        (m, h), (hm, hh), (gm, gh) = mean_ci95(f), mean_ci95(H), mean_ci95(Gn)
+        row = dict(final_eval_mean=float(m), final_eval_ci95=float(h), final_eval_per_seed=f.tolist(),
+                   collapsed_seeds=collapsed, entropy_last10_mean=float(hm), entropy_last10_ci95=float(hh),
+                   entropy_last10_per_seed=H.tolist(), grad_norm_first10_mean=float(gm),
+                   grad_norm_first10_ci95=float(gh))
+        cell = "—"
+        if d is not None and arm != "ref":
+            dm, dh = mean_ci95(d)
+            row.update(minus_ref_mean=float(dm), minus_ref_ci95=float(dh))
+            cell = f"{dm:+.3f} ± {dh:.3f}"
+        table[f"{arm}/lr={lr}"] = row
+        print(f"{arm:8s}{lr:6.2f}{m:10.3f} ± {h:.3f}{cell:>18s}  {len(collapsed)}/{len(seeds)}        "
+              f"{hm:6.2f} ± {hh:.2f}     {gm:7.3f} ± {gh:.3f}       " + " ".join(f"{v:.3f}" for v in f))
+params = dict(model=model, arms=arms, lrs=lrs, seeds=seeds, advantage_mode=advantage_mode, noise_std=noise_std,
+              steps=steps, prompts_per_step=prompts_per_step, group_size=group_size, max_new_tokens=max_new_tokens,
+              eval_every=eval_every, final_evals=final_evals, collapse_below=collapse_below)
+(fig_dir / "09_signed_mode.json").write_text(json.dumps({"parameters": params, "final": table, "curves": curves}, indent=1))
+print(f"saved {figures_dir}/09_signed_mode.png and {figures_dir}/09_signed_mode.json")
