@@ -170,6 +170,44 @@ params1 = dict(model=model, arms=arms, seeds=seeds, advantage_mode=advantage_mod
 print(f"saved {figures_dir}/08_length_drift.png and {figures_dir}/08_length_drift.json")
 
 # %% [markdown]
+# ### Where a length drift would come from: the sampler's EOS mass
+#
+# Length can only drift through EOS: per generated token the plain step's drift part moves EOS's logit by
+# lr · A · (q_EOS − p_EOS). Measured exactly on the starting policy, for completions of the FP8 + σ sampler at
+# this budget: the mean over tokens of q(EOS) and p(EOS), their difference (95% interval over completions), and
+# the same for the token the sampler ranks first, for scale.
+
+# %%
+from scrl_min.core import TorchSampler, load_policy, make_task_dataset, trainer_logprobs
+
+policy, tok = load_policy(model_path)
+enc = lambda p: (tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True,
+                                         return_dict=False) if tok.chat_template else tok(p)["input_ids"])
+eos_ids = [enc(p) for p in make_task_dataset(offset_prompts * 4, seed=offset_seed)["prompt"] for _ in range(group_size)]
+sampler = TorchSampler(policy.config, precision="fp8", noise_std=noise_std, seed=offset_seed, fp8_backend="emulated")
+sampler.push_weights(policy.state_dict())
+ro = sampler.generate(eos_ids, max_new_tokens, tok.eos_token_id, tok.pad_token_id,
+                      generator=torch.Generator().manual_seed(offset_seed), full_logq=True)
+with torch.no_grad():
+    *_, logp_full = trainer_logprobs(policy, ro, 1.0, full=True)
+m = ro.completion_mask
+per_seq = lambda x: ((x * m).sum(1) / m.sum(1)).numpy()  # (B,) token means
+q_eos, p_eos = ro.full_logq[..., tok.eos_token_id].exp(), logp_full[..., tok.eos_token_id].exp()
+top = ro.full_logq.argmax(-1, keepdim=True)
+q_top, p_top = ro.full_logq.gather(-1, top)[..., 0].exp(), logp_full.gather(-1, top)[..., 0].exp()
+eos = {}
+for name, v in (("q(EOS)", q_eos), ("p(EOS)", p_eos), ("q(EOS) − p(EOS)", q_eos - p_eos),
+                ("(q − p)(EOS) / p(EOS)", (q_eos - p_eos) / p_eos.clamp(min=1e-12)),
+                ("q − p at the sampler's top token", q_top - p_top)):
+    mm, hh = mean_ci95(per_seq(v))
+    eos[name] = dict(mean=float(mm), ci95=float(hh))
+    print(f"{name:34s}{mm:+.5f} ± {hh:.5f}")
+print(f"{len(eos_ids)} completions of the FP8 + σ = {noise_std} sampler, mean length {m.sum(1).float().mean():.1f} tokens")
+saved = json.loads((fig_dir / "08_length_drift.json").read_text())
+saved["eos_mass"] = dict(completions=len(eos_ids), **eos)
+(fig_dir / "08_length_drift.json").write_text(json.dumps(saved, indent=1))
+
+# %% [markdown]
 # ## Part 2 · Per-prompt offsets
 #
 # **What is measured.** For one prompt x, let g_A be the gradient of the loss (`score_centered_pg_loss`, token

@@ -50,6 +50,7 @@ max_new_tokens = 24  # completion budget, tokens
 eval_every = 10  # steps between clean evaluations
 final_evals = 3  # last clean evaluations averaged into a run's final reward
 collapse_below = 0.05  # a run has collapsed when its final clean reward is below this
+pull_prompts = 32  # entropy-pull measurement on the starting policy: prompts (× group_size completions)
 workers = 2  # runs in parallel, one CPU thread each
 smooth = 5  # moving-average window of the per-step traces, steps
 runs_dir = "runs/09_signed_mode"  # one folder per run configuration, relative to the repo root
@@ -172,3 +173,60 @@ params = dict(model=model, arms=arms, lrs=lrs, seeds=seeds, advantage_mode=advan
               eval_every=eval_every, final_evals=final_evals, collapse_below=collapse_below)
 (fig_dir / "09_signed_mode.json").write_text(json.dumps({"parameters": params, "final": table, "curves": curves}, indent=1))
 print(f"saved {figures_dir}/09_signed_mode.png and {figures_dir}/09_signed_mode.json")
+
+# %% [markdown]
+# ## Which way the drift pushes entropy
+#
+# A first-order measurement on the starting policy, exact over the vocabulary. One plain step moves the
+# logits of a generated token by lr · A (e_y − p) = lr · A (e_y − q) (signal part) + lr · A (q − p) (drift
+# part), and the trainer's entropy H(p) changes by ∇_z H · Δz with ∇_z H = −p ⊙ (log p + H). Per generated
+# token, for completions of the FP8 + σ sampler and the rewards they earned:
+#
+# * drift pull = A · ∇_z H · (q − p): its sign is the sign of A times that of ∇_z H · (q − p), which is
+#   positive when q is flatter than p (moving toward the sampler raises entropy);
+# * signal pull = A · ∇_z H · (e_y − q), for comparison;
+#
+# for raw (A = r) and signed (A = 2r − 1) advantages of the same samples; mean over tokens, 95% interval over
+# completions. Score centering removes the drift pull in expectation (it removes E_q[A] (q − p)); importance
+# weights do not.
+
+# %%
+import torch
+from scrl_min.core import (TorchSampler, compute_advantages, distinct_names_reward, load_policy,
+                           make_task_dataset, trainer_logprobs)
+
+policy, tok = load_policy(model_path)
+enc = lambda p: (tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True,
+                                         return_dict=False) if tok.chat_template else tok(p)["input_ids"])
+pull_ids = [enc(p) for p in make_task_dataset(pull_prompts, seed=0)["prompt"] for _ in range(group_size)]
+sampler = TorchSampler(policy.config, precision="fp8", noise_std=noise_std, seed=0, fp8_backend="emulated")
+sampler.push_weights(policy.state_dict())
+ro = sampler.generate(pull_ids, max_new_tokens, tok.eos_token_id, tok.pad_token_id,
+                      generator=torch.Generator().manual_seed(0), full_logq=True)
+with torch.no_grad():
+    *_, logp_full = trainer_logprobs(policy, ro, 1.0, full=True)
+texts = tok.batch_decode(ro.completion_ids.masked_fill(~ro.completion_mask, tok.pad_token_id), skip_special_tokens=True)
+r = torch.tensor([distinct_names_reward(t, 12) for t in texts])
+p, q = logp_full.exp(), ro.full_logq.exp()  # (B, T, V)
+H = -(p * logp_full).sum(-1, keepdim=True)
+grad_H = -p * (logp_full + H)  # ∇_z H(p), per token
+e_y = torch.zeros_like(q).scatter_(-1, ro.completion_ids[..., None], 1.0)
+toward_q = (grad_H * (q - p)).sum(-1)  # (B, T): ∇_z H · (q − p)
+toward_y = (grad_H * (e_y - q)).sum(-1)  # (B, T): ∇_z H · (e_y − q)
+m = ro.completion_mask
+per_seq = lambda x: (x * m).sum(1) / m.sum(1)  # (B,) token means
+pull = {"H_q − H_p (nats per token)": per_seq(-(q * ro.full_logq).sum(-1) + (p * logp_full).sum(-1)),
+        "∇H · (q − p)  (per unit A)": per_seq(toward_q)}
+for mode in ("raw", "signed"):
+    A = compute_advantages(r, group_size, mode)[:, None]
+    pull[f"{mode}: drift pull A ∇H·(q − p)"] = per_seq(A * toward_q)
+    pull[f"{mode}: signal pull A ∇H·(e_y − q)"] = per_seq(A * toward_y)
+print(f"starting policy, FP8 + σ = {noise_std} sampler, {len(pull_ids)} completions, mean reward {r.mean():.3f}")
+entropy_pull = {}
+for name, v in pull.items():
+    mm, hh = mean_ci95(v.numpy())
+    entropy_pull[name] = dict(mean=float(mm), ci95=float(hh))
+    print(f"{name:40s}{mm:+.5f} ± {hh:.5f}")
+saved = json.loads((fig_dir / "09_signed_mode.json").read_text())
+saved["entropy_pull"] = dict(pull_prompts=pull_prompts, completions=len(pull_ids), **entropy_pull)
+(fig_dir / "09_signed_mode.json").write_text(json.dumps(saved, indent=1))
