@@ -16,22 +16,24 @@
 #    the trainer's EOS probability toward the sampler's. Notebook 02 cannot show this: its 24-token
 #    budget is nearly always used up. Here the budget is 96 tokens, where the starting policy ends most
 #    completions by itself (median length about 58), and each arm's length is compared, seed by seed,
-#    with the no-mismatch reference.
+#    with the no-mismatch reference, under two rewards: names target 24 (longer code holds more distinct
+#    names, so the reward itself pays for length up to the budget) and names target 4 (the starting policy
+#    already earns 0.68 of it, so length buys little reward and is freer to drift).
 # 2. **Does centering remove per-prompt offsets?** docs/method.md ("Measuring drift and signal, and
 #    per-prompt offsets") says what that means: adding a constant c to every reward of a prompt changes
 #    the expected plain update by c·μ, the drift direction, and the expected centered update by 0. Part 2
 #    measures the *offset response* E[g₁] (the expected gradient when every advantage is 1) in parameter
 #    space, with and without centering and mismatch, against the signal it competes with.
 #
-# **Run time**: part 1 (4 arms × 3 seeds × 80 steps at 96 tokens) takes about 25 minutes on 2 CPU cores,
-# two runs at a time; part 2 about 3 minutes. `make reproduce-full` writes `figures/08_*`; the defaults
+# **Run time**: part 1 (3 arms × 2 rewards × 3 seeds × 80 steps at 96 tokens) takes about 40 minutes on
+# 2 CPU cores, two runs at a time; part 2 about 5 minutes. `make reproduce-full` writes `figures/08_*`; the defaults
 # write `runs/figures/08_*.{png,json}`.
 
 # %% tags=["parameters"]
 # Parameters (papermill replaces this cell; CI shrinks it through notebooks/ci_parameters.yaml)
 model = "default"  # policy: "default" (embedded tiny Qwen3) or a local checkpoint path / HF model id
 # part 1: length drift
-arms = ["bf16", "plain", "mis", "sc"]  # arms (first: the no-mismatch reference, second: the uncorrected arm)
+arms = ["bf16", "plain", "sc"]  # arms (first: the no-mismatch reference, second: the uncorrected arm)
 seeds = [0, 1, 2]  # paired seeds
 advantage_mode = "raw"  # raw rewards: the drift is a steady pull (notebook 02's setting)
 noise_std = 0.1  # σ of the FP8 arms
@@ -39,7 +41,7 @@ steps = 80  # RL steps per run
 prompts_per_step = 8  # distinct prompts per step
 group_size = 4  # G: completions per prompt
 max_new_tokens = 96  # completion budget, tokens: well above the starting policy's median length
-names_target = 24  # distinct names for the full reward (12 for 24 tokens; scaled with the budget for headroom)
+names_targets = [24, 4]  # distinct names for the full reward, one setting each: 24 (length pays, up to the cap) | 4 (reached early: length is free)
 lr = 0.5  # SGD learning rate
 eval_every = 10  # steps between clean evaluations (reward and length of the trainer's own policy)
 final_evals = 3  # last clean evaluations averaged into a run's final value
@@ -83,13 +85,15 @@ ref_arm, plain_arm = arms[0], arms[1]
 
 # %%
 jobs = {}
-for seed in seeds:
-    for arm in arms:
-        noise = {} if "noise_std" in scrl_min.ARMS[arm] else {"noise_std": noise_std}
-        cfg = arm_config(arm, model=model_path, seed=seed, steps=steps, prompts_per_step=prompts_per_step,
-                         group_size=group_size, max_new_tokens=max_new_tokens, names_target=names_target,
-                         lr=lr, advantage_mode=advantage_mode, eval_every=eval_every, **noise)
-        jobs[(arm, seed)] = with_run_dir(cfg, REPO_ROOT / runs_dir, f"{advantage_mode}-{arm}-T{max_new_tokens}-s{seed}")
+for target in names_targets:
+    for seed in seeds:
+        for arm in arms:
+            noise = {} if "noise_std" in scrl_min.ARMS[arm] else {"noise_std": noise_std}
+            cfg = arm_config(arm, model=model_path, seed=seed, steps=steps, prompts_per_step=prompts_per_step,
+                             group_size=group_size, max_new_tokens=max_new_tokens, names_target=target,
+                             lr=lr, advantage_mode=advantage_mode, eval_every=eval_every, **noise)
+            tag = f"{advantage_mode}-{arm}-T{max_new_tokens}" + ("" if target == 24 else f"-n{target}") + f"-s{seed}"
+            jobs[(target, arm, seed)] = with_run_dir(cfg, REPO_ROOT / runs_dir, tag)
 results = dict(zip(jobs, train_many(list(jobs.values()), workers=workers)))
 print(f"{len(jobs)} runs, {sum(r['seconds'] for recs in results.values() for r in recs) / 60:.1f} CPU-thread minutes")
 
@@ -112,59 +116,69 @@ def eval_series(recs, key):
     return (np.array([0] + [r["step"] + 1 for r in ev]), np.array([recs[0][f"{key}_init"]] + [r[key] for r in ev]))
 
 
-fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
+fig, axes = plt.subplots(len(names_targets), 3, figsize=(16, 4.4 * len(names_targets)), squeeze=False)
 length = {"curves": {}, "final": {}}
-L = {arm: np.array([eval_series(results[(arm, s)], "eval_len")[1] for s in seeds]) for arm in arms}
-E = {arm: np.array([eval_curve(results[(arm, s)])[1] for s in seeds]) for arm in arms}
-x = eval_series(results[(arms[0], seeds[0])], "eval_len")[0]
-for arm in arms:
-    for ax, Y in ((axes[0], L[arm]), (axes[1], L[arm] - L[ref_arm]), (axes[2], E[arm])):
-        if ax is axes[1] and arm == ref_arm:
-            continue
-        m, h = mean_ci95(Y)
-        ax.plot(x, m, color=colors.get(arm), label=arm, lw=2 if arm in (ref_arm, "sc") else 1.3)
-        ax.fill_between(x, m - h, m + h, color=colors.get(arm), alpha=0.12)
-    length["curves"][arm] = dict(updates=x.tolist(), eval_len=L[arm].tolist(), eval_reward=E[arm].tolist(),
-                                 train_len=[[r["completion_len"] for r in results[(arm, s)]] for s in seeds])
-axes[1].axhline(0, color="black", lw=1)
-for ax, yl in zip(axes, ("clean eval completion length (tokens)", f"length − {ref_arm} (paired by seed)",
-                         "clean eval reward")):
-    ax.set_xlabel("RL updates")
-    ax.set_ylabel(yl)
-axes[0].axhline(max_new_tokens, color="gray", ls=":", lw=1)
-axes[0].legend(fontsize=8)
-fig.suptitle(f"Length at a {max_new_tokens}-token budget: {advantage_mode} rewards, FP8 + σ = {noise_std}; "
-             f"{len(seeds)} paired seeds, mean and 95% band")
+L = {(t, arm): np.array([eval_series(results[(t, arm, s)], "eval_len")[1] for s in seeds])
+     for t in names_targets for arm in arms}
+E = {(t, arm): np.array([eval_curve(results[(t, arm, s)])[1] for s in seeds]) for t in names_targets for arm in arms}
+x = eval_series(results[(names_targets[0], arms[0], seeds[0])], "eval_len")[0]
+for i, t in enumerate(names_targets):
+    for arm in arms:
+        for ax, Y in ((axes[i, 0], L[(t, arm)]), (axes[i, 1], L[(t, arm)] - L[(t, ref_arm)]), (axes[i, 2], E[(t, arm)])):
+            if ax is axes[i, 1] and arm == ref_arm:
+                continue
+            m, h = mean_ci95(Y)
+            ax.plot(x, m, color=colors.get(arm), label=arm, lw=2 if arm in (ref_arm, "sc") else 1.3)
+            ax.fill_between(x, m - h, m + h, color=colors.get(arm), alpha=0.12)
+        length["curves"][f"target={t}/{arm}"] = dict(
+            updates=x.tolist(), eval_len=L[(t, arm)].tolist(), eval_reward=E[(t, arm)].tolist(),
+            train_len=[[r["completion_len"] for r in results[(t, arm, s)]] for s in seeds])
+    axes[i, 1].axhline(0, color="black", lw=1)
+    axes[i, 0].axhline(max_new_tokens, color="gray", ls=":", lw=1)
+    for ax, yl in zip(axes[i], (f"target {t}: clean eval length (tokens)", f"length − {ref_arm} (paired by seed)",
+                                "clean eval reward")):
+        ax.set_xlabel("RL updates")
+        ax.set_ylabel(yl)
+axes[0, 0].legend(fontsize=8)
+fig.suptitle(f"Length at a {max_new_tokens}-token budget (dotted): {advantage_mode} rewards, FP8 + σ = {noise_std}; "
+             f"rows: names target; {len(seeds)} paired seeds, mean and 95% band")
 fig.tight_layout()
 fig.savefig(fig_dir / "08_length_drift.png", dpi=110)
 plt.show()
 
 # %% [markdown]
-# Final values (mean of the last `final_evals` clean evaluations), mean ± 95% over seeds, and each arm's paired
-# difference to the reference and to the uncorrected arm.
+# Final values (mean of the last `final_evals` clean evaluations) and the run-mean length (over every clean
+# evaluation after the start: an arm that reaches the budget sooner has a larger one), mean ± 95% over seeds,
+# and each arm's paired difference to the reference and to the uncorrected arm.
 
 # %%
-fin = {k: {arm: np.array([np.mean(v[arm][i][-final_evals:]) for i in range(len(seeds))]) for arm in arms}
-       for k, v in (("eval_len", L), ("eval_reward", E))}
-print(f"{'arm':7s}{'length':>17s}{'− ' + ref_arm:>18s}{'− ' + plain_arm:>18s}{'reward':>17s}{'− ' + plain_arm:>18s}")
-for arm in arms:
-    row = {}
-    for key in ("eval_len", "eval_reward"):
-        f = fin[key][arm]
-        row[key] = dict(mean=float(f.mean()), ci95=float(mean_ci95(f)[1]), per_seed=f.tolist())
-        for other in (ref_arm, plain_arm):
-            if other != arm:
-                d = f - fin[key][other]
-                row[key][f"minus_{other}"] = dict(zip(("mean", "ci95"), map(float, mean_ci95(d))))
-    length["final"][arm] = row
-    fmt = lambda d, key: f"{d[key]['mean']:+.2f} ± {d[key]['ci95']:.2f}" if key in d else "—"
-    print(f"{arm:7s}{row['eval_len']['mean']:9.1f} ± {row['eval_len']['ci95']:5.1f}"
-          f"{fmt(row['eval_len'], 'minus_' + ref_arm):>18s}{fmt(row['eval_len'], 'minus_' + plain_arm):>18s}"
-          f"{row['eval_reward']['mean']:10.3f} ± {row['eval_reward']['ci95']:.3f}"
-          f"{fmt(row['eval_reward'], 'minus_' + plain_arm):>18s}")
+print(f"{'target':>6s} {'arm':7s}{'final length':>17s}{'− ' + ref_arm:>18s}{'run-mean length':>18s}{'− ' + ref_arm:>18s}"
+      f"{'− ' + plain_arm:>18s}{'reward':>17s}{'− ' + plain_arm:>18s}")
+fmt = lambda d, key: f"{d[key]['mean']:+.2f} ± {d[key]['ci95']:.2f}" if key in d else "—"
+for t in names_targets:
+    fin = {k: {arm: np.array([np.mean(v[(t, arm)][i][-final_evals:]) for i in range(len(seeds))]) for arm in arms}
+           for k, v in (("eval_len", L), ("eval_reward", E))}
+    # the length averaged over every evaluation after the start: how soon an arm gets long, not only where it ends
+    fin["eval_len_run_mean"] = {arm: L[(t, arm)][:, 1:].mean(1) for arm in arms}
+    for arm in arms:
+        row = {}
+        for key in ("eval_len", "eval_len_run_mean", "eval_reward"):
+            f = fin[key][arm]
+            row[key] = dict(mean=float(f.mean()), ci95=float(mean_ci95(f)[1]), per_seed=f.tolist())
+            for other in (ref_arm, plain_arm):
+                if other != arm:
+                    d = f - fin[key][other]
+                    row[key][f"minus_{other}"] = dict(zip(("mean", "ci95"), map(float, mean_ci95(d))))
+        length["final"][f"target={t}/{arm}"] = row
+        lr_ = row["eval_len_run_mean"]
+        print(f"{t:6d} {arm:7s}{row['eval_len']['mean']:9.1f} ± {row['eval_len']['ci95']:5.1f}"
+              f"{fmt(row['eval_len'], 'minus_' + ref_arm):>18s}{lr_['mean']:10.1f} ± {lr_['ci95']:5.1f}"
+              f"{fmt(lr_, 'minus_' + ref_arm):>18s}{fmt(lr_, 'minus_' + plain_arm):>18s}"
+              f"{row['eval_reward']['mean']:10.3f} ± {row['eval_reward']['ci95']:.3f}"
+              f"{fmt(row['eval_reward'], 'minus_' + plain_arm):>18s}")
 params1 = dict(model=model, arms=arms, seeds=seeds, advantage_mode=advantage_mode, noise_std=noise_std,
                steps=steps, prompts_per_step=prompts_per_step, group_size=group_size,
-               max_new_tokens=max_new_tokens, names_target=names_target, lr=lr, eval_every=eval_every,
+               max_new_tokens=max_new_tokens, names_targets=names_targets, lr=lr, eval_every=eval_every,
                final_evals=final_evals)
 (fig_dir / "08_length_drift.json").write_text(json.dumps({"parameters": params1, **length}, indent=1))
 print(f"saved {figures_dir}/08_length_drift.png and {figures_dir}/08_length_drift.json")
@@ -362,3 +376,41 @@ params2 = dict(model=model, offset_prompts=offset_prompts, offset_samples=offset
     {"parameters": params2, "summary": summary,
      "baselines": {s: [baselines[(s, i)] for i in range(len(prompt_ids))] for s in samplers}}, indent=1))
 print(f"saved {figures_dir}/08_prompt_offsets.png and {figures_dir}/08_prompt_offsets.json")
+
+# %% [markdown]
+# ## What the measurements show
+#
+# Measured by `make reproduce-full`: part 1, 18 runs, 70.7 CPU-thread minutes of training (about 36 minutes on
+# two workers); part 2, 2 min 37 s. Mean ± 95% over 3 paired seeds (part 1) or 8 prompts (part 2).
+#
+# **Length drift: not detected, because the reward drives every arm to the budget.** Under both rewards the
+# trainer's own completions grow from 64 tokens to the 96-token cap within 20-50 updates in every arm, the
+# no-mismatch reference included, and end there (final lengths 94.1-96.0, every paired difference to the
+# reference within ±0.6 tokens, intervals ±2). Length is the easiest way to more distinct names, and EOS is
+# rare, so each step that reinforces the sampled tokens of a completion makes its EOS less likely. A drift
+# would have to show as speed: with names target 4, plain is at the cap after 10 updates in all 3 seeds (96.0,
+# 96.0, 95.4 tokens, against 81.8-90.2 for the reference and 92.1-94.8 for SC), but the run-mean paired
+# differences do not resolve it (plain − reference +2.2 ± 5.3 tokens, SC − reference +1.1 ± 4.0; target 24:
+# +2.3 ± 7.8 and −1.7 ± 6.0). The mismatch itself gives a length drift little to work with: the FP8 + σ
+# sampler's EOS probability per token is 0.01250 against the trainer's 0.01242 (difference +0.00008 ± 0.00021;
+# relative +3.6 ± 1.1%), so the drift's push on EOS's logit is about 1e-4 · A per token, against a reward that
+# pays for length directly. A task whose reward does not pay for length would be needed to see a drift in
+# length; this one cannot show it.
+#
+# **What the longer budget does show is the reward cost.** At 96 tokens plain FP8 collapses: final clean reward
+# 0.057 ± 0.177 (target 24) against the reference's 0.484 ± 0.182, and SC recovers most of it: SC − plain
+# +0.32 ± 0.07, paired, an interval well above 0 (target 4: +0.43 ± 0.43, which reaches 0). At 24 tokens
+# (notebook 02) the same comparison was +0.13 ± 0.11.
+#
+# **Per-prompt offsets: centering removes them, and they are large here.** On the starting policy with the
+# FP8 + σ = 0.1 sampler, a unit offset on a prompt's rewards adds an expected update of norm 0.35 [0.18, 0.45]
+# to the plain loss (the noisy direct estimate) and 0.317 [0.269, 0.359] through the drift term alone
+# (plain − exact centering, the low-noise difference); with either centering the direct estimate is 0 [0,
+# 0.15], consistent with zero. The top-128 estimator leaves 0.024 [0.017, 0.029] of it (tail error, 8% of the
+# drift term): its tail is ρ times the trainer's tail, not the sampler's. The signal a prompt carries is
+# 0.047 [0.035, 0.056], the same with and without centering. So a unit offset moves the plain update 6.8 times
+# as much as the signal does; under raw rewards every prompt's baseline b(x) (0.10-0.12 here) is such an
+# offset, and its part of the raw update, b(x) times 0.32, is 0.024-0.047 per prompt: of the same size as the
+# prompt's signal (right panel). That is what "centering removes per-prompt offsets" means and measures to here:
+# in expectation, only under mismatch (with the bf16 sampler the drift term is 0.0000 and every variant agrees),
+# and with the rest of the offset left as zero-mean noise.

@@ -84,17 +84,22 @@ def table_08() -> str:
     p, final = d["parameters"], d["final"]
     ref, plain = p["arms"][0], p["arms"][1]
     lines = [f"Notebook 08, part 1 (`make reproduce-full`; `figures/08_length_drift.json`): {p['advantage_mode']} rewards, "
-             f"FP8 + σ = {p['noise_std']}, a {p['max_new_tokens']}-token budget (names target {p['names_target']}), "
-             f"{p['steps']} steps, {len(p['seeds'])} paired seeds; the trainer's own completion length and reward on the "
-             f"held-out prompts, mean of the last {p['final_evals']} clean evaluations, mean ± 95%.", "",
-             f"| arm | length (tokens) | length − {ref} | length − {plain} | clean reward | reward − {plain} |",
-             "|---|---|---|---|---|---|"]
-    for arm in p["arms"]:
-        L, R = final[arm]["eval_len"], final[arm]["eval_reward"]
-        diff = lambda x, other, nd: (f"{x[f'minus_{other}']['mean']:+.{nd}f} ± {x[f'minus_{other}']['ci95']:.{nd}f}"
-                                     if f"minus_{other}" in x else "—")
-        lines.append(f"| {arm} | {L['mean']:.1f} ± {L['ci95']:.1f} | {diff(L, ref, 1)} | {diff(L, plain, 1)} | "
-                     f"{pm(R['mean'], R['ci95'])} | {diff(R, plain, 3)} |")
+             f"FP8 + σ = {p['noise_std']}, a {p['max_new_tokens']}-token budget, {p['steps']} steps, "
+             f"{len(p['seeds'])} paired seeds; the trainer's own completion length and reward on the held-out prompts, "
+             f"mean of the last {p['final_evals']} clean evaluations, mean ± 95%. Names target: distinct names for the "
+             f"full reward.", "",
+             f"| names target | arm | final length (tokens) | − {ref} | run-mean length | − {ref} | − {plain} | "
+             f"clean reward | reward − {plain} |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    diff = lambda x, other, nd: (f"{x[f'minus_{other}']['mean']:+.{nd}f} ± {x[f'minus_{other}']['ci95']:.{nd}f}"
+                                 if f"minus_{other}" in x else "—")
+    for t in p["names_targets"]:
+        for arm in p["arms"]:
+            row = final[f"target={t}/{arm}"]
+            L, M, R = row["eval_len"], row["eval_len_run_mean"], row["eval_reward"]
+            lines.append(f"| {t} | {arm} | {L['mean']:.1f} ± {L['ci95']:.1f} | {diff(L, ref, 1)} | "
+                         f"{M['mean']:.1f} ± {M['ci95']:.1f} | {diff(M, ref, 1)} | {diff(M, plain, 1)} | "
+                         f"{pm(R['mean'], R['ci95'])} | {diff(R, plain, 3)} |")
     return "\n".join(lines)
 
 
