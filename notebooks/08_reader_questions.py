@@ -19,8 +19,8 @@
 #    with the no-mismatch reference, under two rewards: names target 24 (longer code holds more distinct
 #    names, so the reward itself pays for length up to the budget) and names target 4 (the starting policy
 #    already earns 0.68 of it, so length buys little reward and is freer to drift).
-# 2. **Does centering remove per-prompt offsets?** docs/method.md ("Measuring drift and signal, and
-#    per-prompt offsets") says what that means: adding a constant c to every reward of a prompt changes
+# 2. **Does centering remove per-prompt offsets?** What that means is in
+#    docs/method.md, "Measuring drift and signal, and per-prompt offsets": adding a constant c to every reward of a prompt changes
 #    the expected plain update by c·μ, the drift direction, and the expected centered update by 0. Part 2
 #    measures the *offset response* E[g₁] (the expected gradient when every advantage is 1) in parameter
 #    space, with and without centering and mismatch, against the signal it competes with.

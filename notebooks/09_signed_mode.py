@@ -300,8 +300,8 @@ saved["entropy_pull"] = dict(pull_prompts=pull_prompts, completions=len(pull_ids
 #   `ref_raw` at lr 0.5 is notebook 02's bf16 run again (the same configuration: 0.579, 0.412, 0.203, 0.364 for
 #   seeds 0-3, the same numbers). Its gradient norm over the first 10 steps is 0.27 against 0.72-1.24 for the
 #   signed arms: |A| ≈ 0.1 instead of ≈ 0.8.
-# * **Why plain collapses more: the drift's pull on entropy** (docs/method.md, "Measuring drift and signal, and
-#   per-prompt offsets"). At the start the FP8 + σ sampler is flatter than the trainer (H_q − H_p = +0.035 ±
+# * **Why plain collapses more: the drift's pull on entropy**
+#   (docs/method.md, "Measuring drift and signal, and per-prompt offsets"). At the start the FP8 + σ sampler is flatter than the trainer (H_q − H_p = +0.035 ±
 #   0.006 nats per token), so moving toward it raises entropy (∇H · (q − p) = +0.0070 ± 0.0012 per unit A). With
 #   raw rewards (A ≈ +0.1) the drift's first-order pull on entropy is +0.0007 ± 0.0002 per token and step (per
 #   unit lr, in logit space): toward higher entropy. With signed rewards (A ≈ −0.8) it is −0.0056 ± 0.0009:
