@@ -31,8 +31,8 @@
 # sample moves probability away from what was drawn, a large zero-mean kick whose size grows with |A|
 # and the learning rate.
 #
-# **Run time**: the default parameters (4 arms × 2 learning rates × 4 seeds × 100 steps) take about
-# 25 minutes on 2 CPU cores, two runs at a time. `make reproduce-full` writes `figures/09_signed_mode.*`;
+# **Run time**: the default parameters (5 arms × 2 learning rates × 4 seeds × 100 steps: 40 runs, 53.8
+# CPU-thread minutes) take about 27 minutes on 2 CPU cores, two runs at a time. `make reproduce-full` writes `figures/09_signed_mode.*`;
 # the defaults write `runs/figures/09_signed_mode.{png,json}`.
 
 # %% tags=["parameters"]
