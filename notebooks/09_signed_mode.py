@@ -283,14 +283,16 @@ saved["entropy_pull"] = dict(pull_prompts=pull_prompts, completions=len(pull_ids
 # * **The puzzle does not replicate as stated.** Under the current trainer the no-mismatch reference collapses
 #   in 1 of 4 seeds at lr 0.5 and 0 of 4 at lr 0.25, and FP8 + SC in 1 of 4 and 0 of 4: the same rates
 #   (sc vs ref: one disagreement each way). The earlier observation (reference 2 of 3, SC 0 of 3) is within
-#   what such rates give by chance.
-# * **A collapse is an entropy collapse into a deterministic policy, and round-off decides which seed has one.**
-#   In every collapsed run the trainer's entropy falls from about 3.8 nats per token to below 0.1 (in 6 of the
-#   8, by step 10) and ends below 0.01, the clean reward at 0, and it does not come back: a
-#   deterministic policy's score e_y − p is 0, whatever the advantage. `ref`
-#   and `ref_sc` (centering with nothing to remove: its term is zero up to round-off) start identical, yet their
-#   sampled rewards first differ at step 2 or 3 in every seed, and at lr 0.5 `ref` collapsed in seed 0 and
-#   `ref_sc` in seed 1. One seed surviving is no evidence for an arm; only rates over seeds are.
+#   what such rates give by chance: at a rate of 1 in 4, 2 or more collapses in 3 seeds happen 16% of the time.
+# * **A collapse is an entropy collapse into a near-deterministic policy, and round-off-level differences
+#   reshuffle which seed has one.** In every collapsed run the trainer's entropy falls from about 3.8 nats per
+#   token to below 0.1 (in 6 of the 8, by step 10) and ends below 0.01, with the clean reward at 0: a
+#   deterministic policy's score e_y − p is 0, whatever the advantage, so such states are sticky, though not
+#   absorbing: two runs (plain and SC, lr 0.5, seed 3) fell as low by step 10 and recovered (final 0.635 and
+#   0.653), and two others rebounded for a while before collapsing for good. `ref` and `ref_sc` (centering with
+#   nothing to remove: its term is zero up to round-off) start identical, yet their sampled rewards first
+#   differ at step 2 or 3 in every seed, and at lr 0.5 `ref` collapsed in seed 0 and `ref_sc` in seed 1. One
+#   seed surviving is no evidence for an arm; only rates over seeds are.
 # * **What collapses most is plain FP8**: 3 of 4 at lr 0.5 and 2 of 4 at lr 0.25, 5 of 8 runs against 1 of 8
 #   for each of ref, ref_sc and SC. Paired by (lr, seed), plain collapsed where SC did not 4 times and never the
 #   reverse; the exact sign test gives p = 0.125, so with 8 pairs this is suggestive, not established.
@@ -300,15 +302,18 @@ saved["entropy_pull"] = dict(pull_prompts=pull_prompts, completions=len(pull_ids
 #   `ref_raw` at lr 0.5 is notebook 02's bf16 run again (the same configuration: 0.579, 0.412, 0.203, 0.364 for
 #   seeds 0-3, the same numbers). Its gradient norm over the first 10 steps is 0.27 against 0.72-1.24 for the
 #   signed arms: |A| ≈ 0.1 instead of ≈ 0.8.
-# * **Why plain collapses more: the drift's pull on entropy**
-#   (docs/method.md, "Measuring drift and signal, and per-prompt offsets"). At the start the FP8 + σ sampler is flatter than the trainer (H_q − H_p = +0.035 ±
-#   0.006 nats per token), so moving toward it raises entropy (∇H · (q − p) = +0.0070 ± 0.0012 per unit A). With
-#   raw rewards (A ≈ +0.1) the drift's first-order pull on entropy is +0.0007 ± 0.0002 per token and step (per
-#   unit lr, in logit space): toward higher entropy. With signed rewards (A ≈ −0.8) it is −0.0056 ± 0.0009:
-#   7.6 times larger and toward lower entropy, the direction of a collapse, at every step, while the signal's
-#   own pull (−0.0014 ± 0.0088) is not resolved. Score centering removes the drift's pull in expectation, which
-#   fits SC collapsing as often as the reference and not as often as plain; with 8 pairs that fit is not a test.
+# * **Why plain may collapse more: the drift's pull on entropy**
+#   (docs/method.md, "Measuring drift and signal, and per-prompt offsets"). On the starting policy the FP8 + σ
+#   sampler is flatter than the trainer (H_q − H_p = +0.035 ± 0.006 nats per token), and a logit step along
+#   q − p raises the trainer's entropy (∇H · (q − p) = +0.0070 ± 0.0012 per unit A). With raw rewards (A ≈ +0.1)
+#   the drift's first-order pull on entropy is +0.0007 ± 0.0002 per token (per unit lr, in logit space): toward
+#   higher entropy. With signed rewards (A ≈ −0.8) it is −0.0056 ± 0.0009: 7.6 times larger and toward lower
+#   entropy, the direction of a collapse, while the signal's own pull (−0.0014 ± 0.0088) is not resolved. This
+#   is measured at the start of training, where 6 of the 8 collapses happen; once a run's reward passes 0.5, A
+#   turns positive and the pull reverses. Score centering removes the drift's pull in expectation, which fits
+#   SC collapsing as often as the reference and less often than plain; with 8 pairs that fit is not a test.
 #
 # The answer to the puzzle, then: under signed rewards at lr 0.5 any run, mismatched or not, can fall into an
-# entropy collapse, and which seeds do is decided by round-off; the FP8 drift, pushing a flatter sampler's
-# trainer toward a sharper policy, makes plain runs collapse more often, and centering takes that push away.
+# entropy collapse, and which seeds do is reshuffled by round-off-level differences. With A < 0 the FP8 drift
+# pushes the trainer away from the flatter sampler, toward a sharper policy, which may be why plain collapsed
+# more often (5 of 8 against 1 of 8, p = 0.125); centering removes that push in expectation.
