@@ -31,8 +31,8 @@
 # `metrics.jsonl`. Training reward (from the mismatched sampler) is kept beside it. Tables give the mean
 # over seeds with its 95% t interval and each arm's *paired* difference to plain.
 #
-# **Run time**: the default parameters (6 arms × 5 seeds × 100 steps) take about 21 minutes on 2 CPU
-# cores, no GPU, two runs at a time with one thread each (40.8 CPU-thread minutes of training). Runs resume from their checkpoints if
+# **Run time**: the default parameters (6 arms × 5 seeds × 100 steps) take about 25 minutes on 2 CPU
+# cores (24 min 40 s from a fresh clone), no GPU, two runs at a time with one thread each (40.8 CPU-thread minutes of training). Runs resume from their checkpoints if
 # interrupted, and a finished run is not re-run. With the default parameters it writes
 # `runs/figures/02_fp8_arms.png` and the numbers behind it (`.json`); `make reproduce` writes them to
 # `figures/` and produced the outputs shown here.
@@ -192,7 +192,7 @@ print(f"saved {figures_dir}/02_fp8_arms.png and {figures_dir}/02_fp8_arms.json")
 # the table printed above is the source of truth for your own run.
 #
 # Measured by `make reproduce` (6 arms × 5 paired seeds × 100 steps, 2 CPU cores: 40.8 CPU-thread minutes of
-# training, so about 21 minutes with two workers from scratch; this run reused 9 finished runs of a pilot with
+# training; 24 min 40 s with two workers from scratch, measured from a fresh clone; this run reused 9 finished runs of a pilot with
 # identical configurations and took 15 min 17 s). Final clean reward, mean ± 95% over the 5 seeds:
 #
 # * **Plain FP8 rises, then turns down.** Its clean reward goes 0.11 → 0.22 after 10 updates, then falls back

@@ -102,7 +102,8 @@ print(f"{len(jobs)} runs, {sum(r['seconds'] for recs in results.values() for r i
 # either collapses or does not, so the mean of a few seeds sits between two outcomes). Left: the clean
 # evaluation reward (the trainer's own policy on held-out prompts). Middle: the trainer's exact entropy per generated token (nats; moving
 # average over `smooth` steps). Right: ρ, the tail ratio (1 − Σ_H q) / (1 − Σ_H p) that the centering term
-# uses (1 when sampler and trainer agree on the tail's mass).
+# uses (1 when sampler and trainer agree on the tail's mass; 0 in a collapsed run, whose sampler tail is within
+# rounding of 0).
 
 # %%
 colors = {"ref": "black", "ref_sc": "tab:gray", "plain": "tab:red", "sc": "tab:blue", "ref_raw": "tab:olive"}
@@ -131,7 +132,7 @@ for i, lr in enumerate(lrs):
         ax.set_xlabel("RL updates" if ax is axes[i, 0] else "RL step")
 axes[0, 0].legend(fontsize=8)
 fig.suptitle(f"Signed rewards (A = 2r − 1): no mismatch (ref, ref_sc) and FP8 + σ = {noise_std} (plain, sc); "
-             f"{len(seeds)} paired seeds, mean and 95% band")
+             f"ref_raw: raw rewards (A = r); {len(seeds)} paired seeds, mean and 95% band")
 fig.tight_layout()
 fig.savefig(fig_dir / "09_signed_mode.png", dpi=110)
 plt.show()
