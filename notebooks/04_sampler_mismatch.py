@@ -70,8 +70,8 @@ figures_dir = "runs/figures"  # figure and its numbers, relative to the repo roo
 
 # %% [markdown]
 # The next cell imports, loads the float32 trainer and encodes the task prompts with the tokenizer's
-# chat template, exactly as `scrl_min.Trainer` does (`make_task_dataset`, `task_user_message` inside
-# it, `apply_chat_template` with the generation prompt). It also records the hardware, which decides
+# chat template, with the trainer's own encoder (`make_task_dataset`, `task_user_message` inside it,
+# `encode_prompt`: `apply_chat_template` with the generation prompt). It also records the hardware, which decides
 # which vLLM numerics exist here.
 
 # %%
@@ -89,7 +89,7 @@ from matplotlib.patches import Patch
 import numpy as np
 import torch
 
-from scrl_min import TorchSampler, VLLMSampler, load_policy, make_task_dataset, trainer_logprobs
+from scrl_min import TorchSampler, VLLMSampler, encode_prompt, load_policy, make_task_dataset, trainer_logprobs
 from scrl_min.core import (DEFAULT_MODEL_PATH, FORMATS, PROBE_TOL, REPO_ROOT, QuantLinear, cpu_supports_fp8_kv,
                            dequantize)
 
@@ -102,16 +102,7 @@ assert 1 <= k <= V, f"k must be in [1, V], V is {V}"
 assert all(T > 0 for T in temperatures), "temperatures must be > 0"
 assert 0 < mis_band[0] < 1 < mis_band[1], "the MIS band must contain 1"
 
-
-def encode(user_message):
-    # as scrl_min.Trainer._encode: the chat template with the generation prompt, if the model has one
-    if tok.chat_template:
-        return tok.apply_chat_template([{"role": "user", "content": user_message}],
-                                       add_generation_prompt=True, tokenize=True, return_dict=False)
-    return tok(user_message)["input_ids"]
-
-
-prompts = [encode(p) for p in make_task_dataset(n_prompts, seed=seed)["prompt"]]
+prompts = [encode_prompt(tok, p) for p in make_task_dataset(n_prompts, seed=seed)["prompt"]]  # as the trainer encodes them
 
 
 def cpu_name():

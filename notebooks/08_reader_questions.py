@@ -110,18 +110,12 @@ colors = {"bf16": "black", "plain": "tab:red", "tis": "tab:orange", "mis": "tab:
           "sc": "tab:blue", "sc_tis": "tab:cyan", "sc_mis": "tab:green"}
 
 
-def eval_series(recs, key):
-    """(updates, values) of a clean-evaluation metric: the step-0 value, then every evaluation."""
-    ev = [r for r in recs if key in r]
-    return (np.array([0] + [r["step"] + 1 for r in ev]), np.array([recs[0][f"{key}_init"]] + [r[key] for r in ev]))
-
-
 fig, axes = plt.subplots(len(names_targets), 3, figsize=(16, 4.4 * len(names_targets)), squeeze=False)
 length = {"curves": {}, "final": {}}
-L = {(t, arm): np.array([eval_series(results[(t, arm, s)], "eval_len")[1] for s in seeds])
+L = {(t, arm): np.array([eval_curve(results[(t, arm, s)], "eval_len")[1] for s in seeds])
      for t in names_targets for arm in arms}
 E = {(t, arm): np.array([eval_curve(results[(t, arm, s)])[1] for s in seeds]) for t in names_targets for arm in arms}
-x = eval_series(results[(names_targets[0], arms[0], seeds[0])], "eval_len")[0]
+x = eval_curve(results[(names_targets[0], arms[0], seeds[0])], "eval_len")[0]
 for i, t in enumerate(names_targets):
     for arm in arms:
         for ax, Y in ((axes[i, 0], L[(t, arm)]), (axes[i, 1], L[(t, arm)] - L[(t, ref_arm)]), (axes[i, 2], E[(t, arm)])):
@@ -192,12 +186,10 @@ print(f"saved {figures_dir}/08_length_drift.png and {figures_dir}/08_length_drif
 # the same for the token the sampler ranks first, for scale.
 
 # %%
-from scrl_min.core import TorchSampler, load_policy, make_task_dataset, trainer_logprobs
+from scrl_min.core import TorchSampler, encode_prompt, load_policy, make_task_dataset, trainer_logprobs
 
-policy, tok = load_policy(model_path)
-enc = lambda p: (tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True,
-                                         return_dict=False) if tok.chat_template else tok(p)["input_ids"])
-eos_ids = [enc(p) for p in make_task_dataset(offset_prompts * 4, seed=offset_seed)["prompt"] for _ in range(group_size)]
+policy, tok = load_policy(model_path)  # the starting policy, also measured in part 2
+eos_ids = [encode_prompt(tok, p) for p in make_task_dataset(offset_prompts * 4, seed=offset_seed)["prompt"] for _ in range(group_size)]
 sampler = TorchSampler(policy.config, precision="fp8", noise_std=noise_std, seed=offset_seed, fp8_backend="emulated")
 sampler.push_weights(policy.state_dict())
 ro = sampler.generate(eos_ids, max_new_tokens, tok.eos_token_id, tok.pad_token_id,
@@ -243,16 +235,10 @@ saved["eos_mass"] = dict(completions=len(eos_ids), **eos)
 # over prompts) before the square root is taken.
 
 # %%
-from scrl_min.core import (TorchSampler, distinct_names_reward, load_policy, make_task_dataset,
-                           reduce_loss, score_centered_pg_loss, trainer_logprobs)
+from scrl_min.core import distinct_names_reward, reduce_loss, score_centered_pg_loss
 
-torch.manual_seed(offset_seed)
-policy, tok = load_policy(model_path)
-V = policy.config.vocab_size
-prompts = make_task_dataset(offset_prompts, seed=offset_seed)["prompt"]
-prompt_ids = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
-                                      tokenize=True, return_dict=False) if tok.chat_template
-              else tok(p)["input_ids"] for p in prompts]  # as the trainer encodes them
+V = policy.config.vocab_size  # policy, tok: the starting policy loaded above
+prompt_ids = [encode_prompt(tok, p) for p in make_task_dataset(offset_prompts, seed=offset_seed)["prompt"]]
 params_ = [p for p in policy.parameters() if p.requires_grad]
 samplers = {
     "fp8_noise": dict(precision="fp8", noise_std=noise_std),

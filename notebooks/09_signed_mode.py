@@ -236,13 +236,11 @@ saved.update(collapse_tests=tests, ref_vs_ref_sc_first_different_step=parting)
 
 # %%
 import torch
-from scrl_min.core import (TorchSampler, compute_advantages, distinct_names_reward, load_policy,
+from scrl_min.core import (TorchSampler, compute_advantages, distinct_names_reward, encode_prompt, load_policy,
                            make_task_dataset, trainer_logprobs)
 
 policy, tok = load_policy(model_path)
-enc = lambda p: (tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True,
-                                         return_dict=False) if tok.chat_template else tok(p)["input_ids"])
-pull_ids = [enc(p) for p in make_task_dataset(pull_prompts, seed=0)["prompt"] for _ in range(group_size)]
+pull_ids = [encode_prompt(tok, p) for p in make_task_dataset(pull_prompts, seed=0)["prompt"] for _ in range(group_size)]
 sampler = TorchSampler(policy.config, precision="fp8", noise_std=noise_std, seed=0, fp8_backend="emulated")
 sampler.push_weights(policy.state_dict())
 ro = sampler.generate(pull_ids, max_new_tokens, tok.eos_token_id, tok.pad_token_id,

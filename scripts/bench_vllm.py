@@ -54,8 +54,7 @@ def main(argv=None):
     B, T, k = args.prompts, args.tokens, args.k
     _, tok = load_policy(str(DEFAULT_MODEL_PATH))
     ds = scrl_min.make_task_dataset(B, seed=0)
-    prompts = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
-                                       tokenize=True, return_dict=False) for p in ds["prompt"]]
+    prompts = [scrl_min.encode_prompt(tok, p) for p in ds["prompt"]]
     t0 = time.perf_counter()
     s = VLLMSampler(str(DEFAULT_MODEL_PATH), precision="bf16", k=k, temperature=1.0,
                     kv_cache_gib=0.5)

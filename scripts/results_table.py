@@ -18,9 +18,9 @@ REPO = Path(__file__).resolve().parent.parent
 FIG = REPO / "figures"
 
 
-def pm(mean: float, ci95: float, signed: bool = False) -> str:
-    """'mean ± half-width' as the tables print it; signed for differences."""
-    return f"{mean:+.3f} ± {ci95:.3f}" if signed else f"{mean:.3f} ± {ci95:.3f}"
+def pm(mean: float, ci95: float, signed: bool = False, digits: int = 3) -> str:
+    """'mean ± half-width' as the tables print it, `digits` decimals; signed for differences."""
+    return f"{mean:{'+' if signed else ''}.{digits}f} ± {ci95:.{digits}f}"
 
 
 def table_02() -> str:
@@ -91,14 +91,16 @@ def table_08() -> str:
              f"| names target | arm | final length (tokens) | − {ref} | run-mean length | − {ref} | − {plain} | "
              f"clean reward | reward − {plain} |",
              "|---|---|---|---|---|---|---|---|---|"]
-    diff = lambda x, other, nd: (f"{x[f'minus_{other}']['mean']:+.{nd}f} ± {x[f'minus_{other}']['ci95']:.{nd}f}"
-                                 if f"minus_{other}" in x else "—")
+    def diff(x: dict, other: str, digits: int) -> str:  # the paired difference to `other`, if there is one
+        d = x.get(f"minus_{other}")
+        return pm(d["mean"], d["ci95"], signed=True, digits=digits) if d else "—"
+
     for t in p["names_targets"]:
         for arm in p["arms"]:
             row = final[f"target={t}/{arm}"]
             L, M, R = row["eval_len"], row["eval_len_run_mean"], row["eval_reward"]
-            lines.append(f"| {t} | {arm} | {L['mean']:.1f} ± {L['ci95']:.1f} | {diff(L, ref, 1)} | "
-                         f"{M['mean']:.1f} ± {M['ci95']:.1f} | {diff(M, ref, 1)} | {diff(M, plain, 1)} | "
+            lines.append(f"| {t} | {arm} | {pm(L['mean'], L['ci95'], digits=1)} | {diff(L, ref, 1)} | "
+                         f"{pm(M['mean'], M['ci95'], digits=1)} | {diff(M, ref, 1)} | {diff(M, plain, 1)} | "
                          f"{pm(R['mean'], R['ci95'])} | {diff(R, plain, 3)} |")
     return "\n".join(lines)
 
@@ -118,8 +120,9 @@ def table_09() -> str:
             f = final[f"{arm}/lr={lr}"]
             dr = pm(f["minus_ref_mean"], f["minus_ref_ci95"], signed=True) if "minus_ref_mean" in f else "—"
             lines.append(f"| {arm} | {lr} | {pm(f['final_eval_mean'], f['final_eval_ci95'])} | {dr} | "
-                         f"{len(f['collapsed_seeds'])}/{n} | {f['entropy_last10_mean']:.2f} ± {f['entropy_last10_ci95']:.2f} | "
-                         f"{f['grad_norm_first10_mean']:.3f} ± {f['grad_norm_first10_ci95']:.3f} |")
+                         f"{len(f['collapsed_seeds'])}/{n} | "
+                         f"{pm(f['entropy_last10_mean'], f['entropy_last10_ci95'], digits=2)} | "
+                         f"{pm(f['grad_norm_first10_mean'], f['grad_norm_first10_ci95'])} |")
     return "\n".join(lines)
 
 

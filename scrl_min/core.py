@@ -726,6 +726,15 @@ def task_user_message(code_prefix: str) -> str:
             "can:\n" + code_prefix)
 
 
+def encode_prompt(tok, user_message: str) -> list:
+    """Token ids (list of int) of one user turn as the policy sees it: the tokenizer's chat template with
+    the generation prompt, or the bare text when the tokenizer has no template."""
+    if tok.chat_template:
+        return tok.apply_chat_template([{"role": "user", "content": user_message}], add_generation_prompt=True,
+                                       tokenize=True, return_dict=False)
+    return tok(user_message)["input_ids"]
+
+
 def make_task_dataset(n_prompts: int = 64, seed: int = 0, exclude=()):
     """The task as a ``datasets.Dataset`` with columns ``prompt`` (user message, str) and ``prefix``.
 
@@ -911,9 +920,9 @@ class Trainer:
         self.eval_set = make_task_dataset(cfg.eval_prompts, seed=EVAL_SEED) if cfg.eval_every > 0 else None
         held_out = self.eval_set["prefix"] if self.eval_set is not None else ()
         self.dataset = make_task_dataset(cfg.n_prompts, seed=cfg.seed, exclude=held_out)
-        self.prompt_ids = [self._encode(p) for p in self.dataset["prompt"]]
+        self.prompt_ids = [encode_prompt(self.tok, p) for p in self.dataset["prompt"]]
         if self.eval_set is not None:  # the trainer's own policy as the sampler: no mismatch
-            self.eval_prompt_ids = [self._encode(p) for p in self.eval_set["prompt"]]
+            self.eval_prompt_ids = [encode_prompt(self.tok, p) for p in self.eval_set["prompt"]]
             self.eval_sampler = TorchSampler(self.policy.config, precision="fp32", k=1,
                                              temperature=cfg.temperature)
         opt_cls = torch.optim.SGD if cfg.optimizer == "sgd" else torch.optim.Adam
@@ -930,13 +939,6 @@ class Trainer:
         if "fp8_backend" in st:  # torch sampler only: how its FP8 GEMMs run
             self._sampler_record["fp8_backend"] = st["fp8_backend"]
         self.out.mkdir(parents=True, exist_ok=True)
-
-    def _encode(self, user_message: str) -> list:
-        if self.tok.chat_template:
-            return self.tok.apply_chat_template([{"role": "user", "content": user_message}],
-                                                add_generation_prompt=True, tokenize=True,
-                                                return_dict=False)
-        return self.tok(user_message)["input_ids"]
 
     # --- run files -------------------------------------------------------------------------------
     @property
@@ -1188,15 +1190,16 @@ def mean_ci95(values, axis: int = 0):
     return x.mean(axis), t * x.std(axis, ddof=1) / math.sqrt(n)
 
 
-def eval_curve(records: list):
-    """The clean evaluation of one run: (updates (n,) int, eval_reward (n,) float) from its metrics
-    records, starting at 0 updates (`eval_reward_init`), then after every evaluated step. Raises
-    ScrlError if the run had no evaluation (eval_every = 0)."""
-    if not records or "eval_reward_init" not in records[0]:
-        raise ScrlError("this run has no clean evaluation (eval_every = 0, or no step logged)")
-    ev = [r for r in records if "eval_reward" in r]
+def eval_curve(records: list, key: str = "eval_reward"):
+    """The clean evaluation of one run: (updates (n,) int, values (n,) float) of one of its metrics
+    (eval_reward, eval_reward_std, eval_len) from its metrics records, starting at 0 updates
+    (`<key>_init`), then after every evaluated step. Raises ScrlError if the run had no evaluation
+    (eval_every = 0)."""
+    if not records or f"{key}_init" not in records[0]:
+        raise ScrlError(f"this run has no clean evaluation of {key} (eval_every = 0, or no step logged)")
+    ev = [r for r in records if key in r]
     return (np.array([0] + [r["step"] + 1 for r in ev]),
-            np.array([records[0]["eval_reward_init"]] + [r["eval_reward"] for r in ev]))
+            np.array([records[0][f"{key}_init"]] + [r[key] for r in ev]))
 
 
 def moving_average(x, w: int) -> np.ndarray:

@@ -163,3 +163,28 @@ def test_mean_ci95():
     assert m == pytest.approx(0.3) and h == pytest.approx(2.776 * sd / math.sqrt(5))
     with pytest.raises(ScrlError, match="at least 2 seeds"):
         scrl_min.mean_ci95([0.3])
+
+
+def test_eval_curve_reads_any_clean_evaluation_metric():
+    recs = [dict(step=0, eval_reward_init=0.1, eval_len_init=20.0), dict(step=1),
+            dict(step=2, eval_reward=0.3, eval_len=22.0), dict(step=4, eval_reward=0.4, eval_len=23.5)]
+    for key, want in (("eval_reward", [0.1, 0.3, 0.4]), ("eval_len", [20.0, 22.0, 23.5])):
+        x, y = scrl_min.eval_curve(recs, key)
+        assert x.tolist() == [0, 3, 5] and y.tolist() == want
+    assert scrl_min.eval_curve(recs)[1].tolist() == [0.1, 0.3, 0.4]  # eval_reward by default
+    with pytest.raises(ScrlError, match="no clean evaluation of eval_len"):
+        scrl_min.eval_curve([dict(step=0, eval_reward_init=0.1)], "eval_len")
+
+
+def test_encode_prompt_uses_the_chat_template_and_falls_back_to_the_text():
+    _, tok = scrl_min.load_policy(str(scrl_min.DEFAULT_MODEL_PATH))
+    msg = scrl_min.task_user_message("def f(x):\n    ")
+    with_template = scrl_min.encode_prompt(tok, msg)
+    assert with_template == tok.apply_chat_template([{"role": "user", "content": msg}], add_generation_prompt=True,
+                                                    tokenize=True, return_dict=False)
+    assert len(with_template) > len(tok(msg)["input_ids"])  # the template adds the role markers
+    template, tok.chat_template = tok.chat_template, None
+    try:
+        assert scrl_min.encode_prompt(tok, msg) == tok(msg)["input_ids"]
+    finally:
+        tok.chat_template = template
