@@ -294,6 +294,50 @@ def test_sampler_fp8_kv_cache_rounds_what_attention_reads(policy):
     assert (got - teacher_forced(None)).abs().mean() > 3e-3
 
 
+def test_reserved_kv_cache_decodes_as_transformers_dynamic_cache(policy):
+    """The sampler's caches (keys and values written in place into reserved room) give bit for bit
+    the logits of transformers' own DynamicCache (concatenation): prefill of distinct prompts, rows
+    copied to their groups (reorder_cache), then token-by-token decoding; with room for every
+    decoded token, for none (a reallocation at each token) and for some (one in the middle). The
+    FP8 cache with reserved room equals the FP8 cache without, and rounds (differs from float32)."""
+    from transformers import DynamicCache
+
+    from scrl_min.core import reserved_kv_cache
+
+    model, tok = policy
+    n = model.config.num_hidden_layers
+    prompts = [scrl_min.encode_prompt(tok, p) for p in scrl_min.make_task_dataset(3, seed=5)["prompt"]]
+    P = max(map(len, prompts))
+    ids = torch.full((3, P), tok.pad_token_id)
+    attn = torch.zeros(3, P, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, P - len(p):], attn[i, P - len(p):] = torch.tensor(p), 1
+    row_of = torch.tensor([0, 0, 1, 2, 2, 1])  # two rows per prompt, in another order
+    steps = torch.randint(0, model.config.vocab_size, (6, 7), generator=torch.Generator().manual_seed(3))
+
+    def decode(cache):
+        with torch.no_grad():
+            pos = (attn.cumsum(-1) - 1).clamp(min=0)
+            out = model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=cache,
+                        use_cache=True)
+            cache = out.past_key_values
+            cache.reorder_cache(row_of)
+            a, p, z = attn[row_of], pos[row_of][:, -1:], [out.logits[row_of, -1]]
+            for t in range(steps.shape[1]):
+                a, p = torch.cat([a, torch.ones(6, 1, dtype=torch.long)], 1), p + 1
+                out = model(input_ids=steps[:, t:t + 1], attention_mask=a, position_ids=p,
+                            past_key_values=cache, use_cache=True)
+                z.append(out.logits[:, -1])
+        return torch.stack(z, 1)  # (6, 8, V)
+
+    ref = decode(DynamicCache())
+    for reserve in (steps.shape[1], 0, 3):
+        assert torch.equal(decode(reserved_kv_cache(n, reserve)), ref), reserve
+    fp8 = decode(fp8_kv_cache(n))
+    assert torch.equal(decode(fp8_kv_cache(n, reserve=steps.shape[1])), fp8)
+    assert (fp8 - ref).abs().max() > 1e-3
+
+
 # ─── how far each format is from the trainer ────────────────────────────────────────────────────
 @pytest.fixture(scope="module")
 def severity(policy):
@@ -442,3 +486,10 @@ def test_shared_activation_quantization_is_invalidated_by_a_new_or_changed_input
     assert torch.equal(b(x), fresh(w2, x)) and not torch.equal(a(x), ya)
     y = x.clone()  # equal values, another tensor
     assert torch.equal(a(y), fresh(w1, y))
+    # emulated layers keep the dequantized operand, scaled_mm layers the codes: neither serves the other
+    c = QuantLinear(32, 16, False, "fp8", backend="scaled_mm")
+    c.set_weight(w1)
+    QuantLinear._acts_memo = (None, -1, None, None)
+    c_fresh = c(y)
+    assert torch.equal(a(y), fresh(w1, y))  # after c(y)
+    assert torch.equal(c(y), c_fresh)  # after a(y)
