@@ -1,6 +1,6 @@
 # make reproduce   set up .venv, run every notebook headlessly (full size), write figures/ and the
 #                  committed notebook outputs (the only command that writes them)
-# make reproduce-full  notebooks 06-09 (regime map, staleness, readers' questions, signed rewards), about 2.5 hours; resumable
+# make reproduce-full  notebooks 06-09 (regime map, staleness, readers' questions, signed rewards), about 3 hours; resumable
 # make test        set up .venv, run the tests: unit tests, nbval on notebook 01 (outputs compared),
 #                  the pair-sync check, papermill smoke runs of every notebook with the CI parameters
 # make lab         set up .venv, register the scrl-min kernel, start JupyterLab on notebooks/

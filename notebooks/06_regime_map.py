@@ -33,7 +33,8 @@
 # bound) sees.
 #
 # **Run time**: the default parameters (2 modes × 3 severities × 3 arms × 3 seeds + 2 × 3 references,
-# 100 steps each; 12 of them shared with notebook 02) take about 35 minutes on 2 CPU cores. Runs are shared with notebook 02 (same folder,
+# 100 steps each; 12 of them shared with notebook 02) take about 35 minutes on 2 CPU cores after notebook 02, and
+# 49 minutes from a fresh clone (measured; its first 11 minutes shared the cores with other jobs). Runs are shared with notebook 02 (same folder,
 # same names), so the headline's raw / σ = 0.1 runs are not trained twice. `make reproduce-full` runs
 # it with figures to `figures/`; the defaults write `runs/figures/06_regime_map.{png,json}`.
 

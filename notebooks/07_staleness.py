@@ -24,7 +24,8 @@
 # run resumes exactly.
 #
 # **Run time**: the default parameters (5 arms × 4 staleness values × 3 seeds + the reference,
-# 100 steps each) take about 40 minutes on 2 CPU cores, two runs at a time. `make reproduce-full`
+# 100 steps each) take 44-49 minutes on 2 CPU cores, two runs at a time (43 min 45 s and, from a fresh clone on a
+# day this machine ran about 10% slower, 49 min 5 s). `make reproduce-full`
 # runs it with figures to `figures/`; the defaults write `runs/figures/07_staleness.{png,json}`.
 
 # %% tags=["parameters"]
