@@ -32,9 +32,10 @@
 # and the drift lives at deeper prefixes, which only `drift_norm` (|A|·‖q − p‖ per token, an upper
 # bound) sees.
 #
-# **Run time**: the default parameters (2 modes × 3 severities × 3 arms × 3 seeds + 2 × 3 references,
-# 100 steps each; 12 of them shared with notebook 02) take about 35 minutes on 2 CPU cores after notebook 02, and
-# 49 minutes from a fresh clone (measured; its first 11 minutes shared the cores with other jobs). Runs are shared with notebook 02 (same folder,
+# **Run time**: the default parameters (2 modes × 3 severities × 5 arms × 3 seeds + 2 × 3 references,
+# 100 steps each; 18 of them shared with notebook 02): 127 CPU-thread minutes, about 70 minutes on 2 CPU cores
+# from a fresh clone (measured in two parts: the first 60 runs 49 min from a fresh clone, its first 11 minutes
+# shared with other jobs; the 30 TIS and SC+MIS runs added later 20 min 44 s). Runs are shared with notebook 02 (same folder,
 # same names), so the headline's raw / σ = 0.1 runs are not trained twice. `make reproduce-full` runs
 # it with figures to `figures/`; the defaults write `runs/figures/06_regime_map.{png,json}`.
 
@@ -44,7 +45,7 @@ model = "default"  # policy: "default" (embedded tiny Qwen3) or a local checkpoi
 modes = ["raw", "centered"]  # advantage modes (rows of the map, with the severities): raw | signed | grpo | centered
 severity_formats = ["fp8", "int4_g128", "fp8"]  # sampler_precision of each severity level (rows, with the modes)
 severity_noise = [0.0, 0.0, 0.1]  # sigma of each severity level: relative weight noise on top of the format
-arms = ["plain", "mis", "sc"]  # mismatched arms (columns; first: the uncorrected one; TIS, SC+MIS: notebooks 02, 07)
+arms = ["plain", "tis", "mis", "sc", "sc_mis"]  # mismatched arms (columns; first: the uncorrected one)
 seeds = [0, 1, 2]  # paired seeds
 steps = 100  # RL steps per run
 prompts_per_step = 8  # distinct prompts per step
@@ -203,27 +204,41 @@ print(f"saved {figures_dir}/06_regime_map.{{png,json}} and {figures_dir}/06_drif
 # %% [markdown]
 # ## What the measurement shows
 #
-# Measured by `make reproduce-full` (60 runs, 12 of them shared with notebook 02; 77 CPU-thread minutes, 31 min
-# 24 s on 2 CPU cores). 3 paired seeds per cell, so only large differences are resolved:
+# Measured by `make reproduce-full` (96 runs, 18 of them shared with notebook 02; 127 CPU-thread minutes).
+# 3 paired seeds per cell, so only large differences are resolved:
 #
 # * **Raw rewards: real int4 weights are where score centering clearly helps.** With int4 group-128 weights
-#   (σ = 0) plain ends at 0.09-0.23 and SC at 0.37-0.45: SC − plain +0.24 ± 0.09, the only SC cell whose
-#   interval excludes 0 (MIS +0.18 ± 0.52 is not resolved). Under FP8 + σ = 0.1 MIS − plain is +0.21 ± 0.18
-#   and SC − plain +0.16 ± 0.19 (reaching 0 by 0.02). Under FP8 alone no cost to plain is detected (plain −
-#   reference +0.03 ± 0.51; plain 0.41-0.44 against the reference's 0.20-0.58), MIS is *below* plain (−0.11 ± 0.05) and one
-#   SC seed collapsed to 0 (−0.10 ± 0.74).
+#   (σ = 0) plain ends at 0.09-0.23 and SC at 0.37-0.45: SC − plain +0.24 ± 0.09, the only cell of that row
+#   whose interval excludes 0 (TIS +0.18 ± 0.37, MIS +0.18 ± 0.52 and SC+MIS +0.15 ± 0.35 are not resolved).
+#   SC is not told apart from the other corrections, though: SC − TIS +0.06 ± 0.31, SC − MIS +0.05 ± 0.45
+#   (paired, computed from `final_per_run`).
+# * **Raw rewards, FP8 + σ = 0.1 (notebook 02's setting, its seeds 0-2): the importance-ratio arms help.**
+#   TIS − plain +0.25 ± 0.24, MIS +0.21 ± 0.18 and SC+MIS +0.22 ± 0.13 exclude 0; SC alone +0.16 ± 0.19
+#   reaches 0 by 0.02. No two corrections are told apart (TIS − SC+MIS +0.03 ± 0.14, SC − SC+MIS
+#   −0.05 ± 0.29, paired).
+# * **Raw rewards, FP8 alone: no cost to plain is detected, and the ratio arms are below it.** Plain −
+#   reference is +0.03 ± 0.51 (plain 0.41-0.44 against the reference's 0.20-0.58); TIS − plain −0.11 ± 0.05
+#   and MIS − plain −0.11 ± 0.05. One SC seed collapsed to 0 (SC − plain −0.10 ± 0.74).
+# * **TIS and MIS are the same runs under FP8 alone.** FP8's ratio p/q stays within [0.41, 2.21] over all
+#   100 steps of every seed, so neither TIS's cap (2) nor MIS's band [0.5, 5] changes a weight, and both
+#   weight every token by ρ alone: their final rewards are equal to 4 decimals in all 3 centered seeds
+#   and in 2 of 3 raw seeds (the third had one step with a ratio of 2.21, above the cap).
 # * **The paper's recipe (centered advantages): nothing separates, and the task saturates.** Every cell's
-#   interval contains 0, against the reference and against plain. The reference's seeds end at 0.98, 0.43
-#   and 0.58: one seed reaches the task's ceiling of 1.0 (12 distinct names), and so do some seeds of every
-#   arm. With group-centred advantages E[A | prompt] = 0, so the drift at the first token is 0 by
-#   construction (measured 0.0000), and the per-token drift `drift_norm` is 5 to 10 times smaller than
-#   under raw rewards for FP8 and int4 (0.0003 and 0.0007 against 0.0029 and 0.0035); with σ = 0.1 it is the
-#   same as under raw rewards (0.0024).
+#   interval contains 0, against the reference and against plain, for all five arms. The reference's
+#   seeds end at 0.98, 0.43 and 0.58: one seed reaches the task's ceiling of 1.0 (12 distinct names), and
+#   so do some seeds of every arm. With group-centred advantages E[A | prompt] = 0, so the drift at the
+#   first token is 0 by construction (measured 0.0000), and the per-token drift `drift_norm` is 5 to 10
+#   times smaller than under raw rewards for FP8 and int4 (0.0003 and 0.0007 against 0.0029 and 0.0035);
+#   with σ = 0.1 it is the same as under raw rewards (0.0024).
+# * **SC+MIS, the paper's arm, against the reference:** every interval contains 0 (raw: −0.01 ± 0.41,
+#   −0.07 ± 0.83, +0.00 ± 0.62). With 3 seeds "tracks the reference" cannot be told from "falls short of
+#   it by 0.3".
 # * **Does the drift/signal ratio predict where SC helps?** Under raw rewards the first-token ratio is 0.14
 #   (FP8), 0.21 (int4 g128) and 0.49 (FP8 + σ = 0.1), and SC − plain is −0.10 ± 0.74, +0.24 ± 0.09 and
 #   +0.16 ± 0.19: SC's estimate is positive in the two settings with the larger ratio (resolved only for
 #   int4) and negative where the ratio is smallest. Three
 #   points with these intervals suggest it; they do not establish a relation, and the exact KL(q‖p) orders
-#   the three settings the same way (0.0007, 0.0022, 0.0036).
-# * **Not in this map yet**: GRPO's std-scaled advantages, signed rewards, σ = 0.05, and the TIS and SC+MIS
-#   columns (all one parameter away; they are in notebooks 02 and 07 for the raw / σ = 0.1 setting).
+#   the three settings the same way (0.0007, 0.0022, 0.0036). The ratio arms follow the same order
+#   (TIS − plain −0.11, +0.18, +0.25), so the ratio does not single out centering from importance weighting.
+# * **Not in this map**: GRPO's std-scaled advantages, signed rewards and σ = 0.05 (each one parameter
+#   away; notebook 09 has signed rewards).
