@@ -152,6 +152,33 @@ fig.savefig(fig_dir / "06_regime_map.png", dpi=110)
 plt.show()
 
 # %% [markdown]
+# ## The corrections against one another
+#
+# Every pair of correction arms in every cell, paired by seed (95% interval), and for TIS against MIS the
+# range of the importance ratio p/q over the MIS run's steps: where it never leaves MIS's band nor
+# exceeds TIS's cap, the two weight every token by the ratio alone and are the same run.
+
+# %%
+corrections = arms[1:]
+between = {}
+for mode, label in rows:
+    cell = between[f"{mode} · {label}"] = {}
+    for i, a in enumerate(corrections):
+        for b in corrections[i + 1:]:
+            m, h = mean_ci95(paired(mode, label, a, b))
+            cell[f"{a} − {b}"] = dict(mean=float(m), ci95=float(h))
+    resolved = [f"{k} {v['mean']:+.2f} ± {v['ci95']:.2f}" for k, v in cell.items() if abs(v["mean"]) > v["ci95"]]
+    print(f"{mode + ' · ' + label:24s} pairs whose interval excludes 0: {', '.join(resolved) or 'none'}")
+if {"tis", "mis"} <= set(arms):
+    print("\nTIS against MIS, per seed: ratio range over the MIS run's steps, and whether the finals are equal")
+    for mode, label in rows:
+        for s in seeds:
+            recs = results[(mode, label, "mis", s)]
+            lo, hi = min(r["ratio_min"] for r in recs), max(r["ratio_max"] for r in recs)
+            same = final[(mode, label, "tis", s)] == final[(mode, label, "mis", s)]
+            print(f"  {mode + ' · ' + label:24s} seed {s}: ratio in [{lo:.2f}, {hi:.2f}], same final: {same}")
+
+# %% [markdown]
 # ## Measured drift and signal, and whether they predict where centering helps
 #
 # Per (mode, severity), from the plain arm's runs (the uncorrected dynamics), averaged over steps and
@@ -199,7 +226,8 @@ params = dict(model=model, modes=modes, severity_formats=severity_formats, sever
 finals = {" / ".join(map(str, k)): v for k, v in final.items()}
 for name in ("06_regime_map", "06_drift_signal"):
     (fig_dir / f"{name}.json").write_text(json.dumps(
-        {"parameters": params, "maps": maps, "measured": measured, "final_per_run": finals}, indent=1))
+        {"parameters": params, "maps": maps, "between_corrections": between, "measured": measured,
+         "final_per_run": finals}, indent=1))
 print(f"saved {figures_dir}/06_regime_map.{{png,json}} and {figures_dir}/06_drift_signal.{{png,json}}")
 
 # %% [markdown]
@@ -212,17 +240,18 @@ print(f"saved {figures_dir}/06_regime_map.{{png,json}} and {figures_dir}/06_drif
 #   (σ = 0) plain ends at 0.09-0.23 and SC at 0.37-0.45: SC − plain +0.24 ± 0.09, the only cell of that row
 #   whose interval excludes 0 (TIS +0.18 ± 0.37, MIS +0.18 ± 0.52 and SC+MIS +0.14 ± 0.35 are not resolved).
 #   SC is not told apart from the other corrections, though: SC − TIS +0.06 ± 0.31, SC − MIS +0.05 ± 0.45
-#   (paired, computed from `final_per_run`), and it rests on 3 paired differences (0.28, 0.21, 0.21): SC −
+#   (paired; the section on the corrections against one another), and it rests on 3 paired differences (0.28, 0.21, 0.21): SC −
 #   plain here is not told apart from SC − plain under FP8 + σ = 0.1.
 # * **Raw rewards, FP8 + σ = 0.1 (notebook 02's setting, its seeds 0-2): the importance-ratio arms help.**
 #   TIS − plain +0.25 ± 0.24, MIS +0.21 ± 0.18 and SC+MIS +0.22 ± 0.13 exclude 0; SC alone +0.16 ± 0.19
 #   reaches 0 by 0.02. No two corrections are told apart (TIS − SC+MIS +0.03 ± 0.14, SC − SC+MIS
-#   −0.05 ± 0.29, paired).
+#   −0.05 ± 0.29, paired), and in no cell of the map does any pair of corrections separate (the section on
+#   the corrections against one another).
 # * **Raw rewards, FP8 alone: no cost to plain is detected, and the ratio arms are below it.** Plain −
 #   reference is +0.03 ± 0.51 (plain 0.41-0.44 against the reference's 0.20-0.58); TIS − plain −0.11 ± 0.05
 #   and MIS − plain −0.11 ± 0.05. One SC seed collapsed to 0 (SC − plain −0.10 ± 0.74).
 # * **TIS and MIS are nearly the same runs under FP8 alone.** In 5 of the 6 seeds (both modes) FP8's ratio
-#   p/q stays within [0.57, 1.89] over all 100 steps, so neither TIS's cap (2) nor MIS's band [0.5, 5]
+#   p/q stays within [0.57, 1.88] over all 100 steps, so neither TIS's cap (2) nor MIS's band [0.5, 5]
 #   changes a weight and both weight every token by ρ alone: those runs are identical (equal final
 #   rewards). In the sixth (raw, seed 1) a ratio of 0.41 at step 32 fell below MIS's band, and the two
 #   runs differ from there on (the TIS run then reached 2.21 at step 33).
