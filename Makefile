@@ -1,4 +1,4 @@
-# make reproduce   set up .venv, run every notebook headlessly (full size), write figures/ and the
+# make reproduce   set up .venv, run notebooks 01-05 headlessly (full size), write figures/ and the
 #                  committed notebook outputs (the only command that writes them)
 # make reproduce-full  notebooks 06-09 (regime map, staleness, readers' questions, signed rewards), about 3 hours; resumable
 # make test        set up .venv, run the tests: unit tests, nbval on notebook 01 (outputs compared),
