@@ -76,7 +76,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import scrl_min
-from scrl_min.core import REPO_ROOT
+from scrl_min import REPO_ROOT
 
 t_start = time.perf_counter()
 DT = torch.float64  # every toy tensor is float64 so float64 round-off cannot hide a wrong formula
@@ -464,7 +464,7 @@ def reference_update(theta, q, A, k, weighting, centering=True):
     in_H = torch.zeros_like(p, dtype=torch.bool)
     in_H[H] = True
     # ρ = (1 − Σ_H q)_+ / max(1 − Σ_H p, ε)
-    rho = (1 - q[H].sum()).clamp(min=0) / (1 - p[H].sum()).clamp(min=scrl_min.core.RHO_EPS)
+    rho = (1 - q[H].sum()).clamp(min=0) / (1 - p[H].sum()).clamp(min=scrl_min.RHO_EPS)
     q_hat = torch.where(in_H, q, rho * p)
     w = weights(p, q, weighting)  # w_y = f(p_y / q_y), true q for the sampled token
     w_hat = weights(p, q_hat, weighting)  # ŵ_v = f(p_v / q̂_v)

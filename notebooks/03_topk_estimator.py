@@ -68,8 +68,8 @@ import numpy as np
 import torch
 
 import scrl_min
-from scrl_min import Trainer, arm_config, score_centered_pg_loss, trainer_logprobs
-from scrl_min.core import DEFAULT_MODEL_PATH, REPO_ROOT, RHO_EPS, TAIL_TOL
+from scrl_min import (Trainer, arm_config, score_centered_pg_loss, trainer_logprobs, DEFAULT_MODEL_PATH,
+                      REPO_ROOT, RHO_EPS, TAIL_TOL)
 
 t_start = time.perf_counter()
 DT = torch.float64  # exact quantities (q, p, drifts, errors) in float64; scrl_min runs in float32

@@ -90,8 +90,7 @@ import numpy as np
 import torch
 
 from scrl_min import TorchSampler, VLLMSampler, encode_prompt, load_policy, make_task_dataset, trainer_logprobs
-from scrl_min.core import (DEFAULT_MODEL_PATH, FORMATS, PROBE_TOL, REPO_ROOT, QuantLinear, cpu_supports_fp8_kv,
-                           dequantize)
+from scrl_min import (DEFAULT_MODEL_PATH, FORMATS, PROBE_TOL, REPO_ROOT, QuantLinear, cpu_supports_fp8_kv, dequantize)
 
 t_start = time.perf_counter()
 model_path = str(DEFAULT_MODEL_PATH) if model == "default" else model
@@ -345,7 +344,7 @@ for T in temperatures:
 #   difference left is float32 summation order (KV-cached decoding against one full forward). Its
 #   $|\Delta|$ must be at float32 rounding level, far below FP8's.
 # * **vLLM bf16 is within bf16 rounding of the trainer**: its mean $|\Delta|$ must stay below the
-#   allowance of its own push verification (`scrl_min.core.PROBE_TOL["bf16"]`, 0.05).
+#   allowance of its own push verification (`scrl_min.PROBE_TOL["bf16"]`, 0.05).
 
 # %%
 for T in temperatures:
@@ -478,7 +477,7 @@ print(f"notebook run time (after imports): {numbers['run_time_s']:.1f} s")
 # ## 5 · Severity as real numerics
 #
 # The samplers above are the ones the experiments use. Here the mismatch becomes an axis of real
-# numerics: every sampler format of the torch sampler (`scrl_min.core.FORMATS`, how the decoder
+# numerics: every sampler format of the torch sampler (`scrl_min.FORMATS`, how the decoder
 # Linears round their weights, and their activations for W8A8; all symmetric round-to-nearest, see
 # the quantization section of `scrl_min/core.py`), each with the float32 KV cache and with an FP8
 # e4m3 KV cache, and for comparison the bf16 sampler with persistent relative weight noise σ (the

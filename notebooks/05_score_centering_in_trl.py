@@ -56,8 +56,7 @@ import numpy as np
 import torch
 from transformers import PrinterCallback
 
-from scrl_min import gather_logprobs, score_centered_pg_loss
-from scrl_min.core import REPO_ROOT
+from scrl_min import gather_logprobs, score_centered_pg_loss, REPO_ROOT
 from scrl_min.trl import task_trainer
 
 fig_dir = REPO_ROOT / figures_dir

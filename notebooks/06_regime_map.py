@@ -66,8 +66,8 @@ from pathlib import Path
 import numpy as np
 import matplotlib.pyplot as plt
 import scrl_min
-from scrl_min import arm_config, eval_curve, mean_ci95, train_many, with_run_dir
-from scrl_min.core import REPO_ROOT, DEFAULT_MODEL_PATH
+from scrl_min import (arm_config, eval_curve, mean_ci95, train_many, with_run_dir, REPO_ROOT,
+                      DEFAULT_MODEL_PATH)
 
 if len(seeds) < 2:
     raise ValueError(f"95% intervals need at least 2 seeds, got seeds={seeds}")

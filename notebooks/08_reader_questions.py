@@ -63,8 +63,8 @@ import numpy as np
 import matplotlib.pyplot as plt
 import torch
 import scrl_min
-from scrl_min import arm_config, eval_curve, mean_ci95, moving_average, train_many, with_run_dir
-from scrl_min.core import REPO_ROOT, DEFAULT_MODEL_PATH
+from scrl_min import (arm_config, eval_curve, mean_ci95, moving_average, train_many, with_run_dir, REPO_ROOT,
+                      DEFAULT_MODEL_PATH)
 
 if len(seeds) < 2:
     raise ValueError(f"95% intervals need at least 2 seeds, got seeds={seeds}")
@@ -186,7 +186,7 @@ print(f"saved {figures_dir}/08_length_drift.png and {figures_dir}/08_length_drif
 # the same for the token the sampler ranks first, for scale.
 
 # %%
-from scrl_min.core import TorchSampler, encode_prompt, load_policy, make_task_dataset, trainer_logprobs
+from scrl_min import TorchSampler, encode_prompt, load_policy, make_task_dataset, trainer_logprobs
 
 policy, tok = load_policy(model_path)  # the starting policy, also measured in part 2
 eos_ids = [encode_prompt(tok, p) for p in make_task_dataset(offset_prompts * 4, seed=offset_seed)["prompt"] for _ in range(group_size)]
@@ -235,7 +235,7 @@ saved["eos_mass"] = dict(completions=len(eos_ids), **eos)
 # over prompts) before the square root is taken.
 
 # %%
-from scrl_min.core import distinct_names_reward, reduce_loss, score_centered_pg_loss
+from scrl_min import distinct_names_reward, reduce_loss, score_centered_pg_loss
 
 V = policy.config.vocab_size  # policy, tok: the starting policy loaded above
 prompt_ids = [encode_prompt(tok, p) for p in make_task_dataset(offset_prompts, seed=offset_seed)["prompt"]]
@@ -270,7 +270,7 @@ def sq_norm_of_mean(S, sum_sq, M):
 offsets = {}  # (sampler, variant, "offset" | "signal") → per-prompt estimates of ‖E g‖²
 baselines = {}
 chunk = offset_samples // offset_chunks
-with scrl_min.core.progress_bar(total=len(samplers) * len(prompt_ids), desc="offset response") as bar:
+with scrl_min.progress_bar(total=len(samplers) * len(prompt_ids), desc="offset response") as bar:
     for sname, skw in samplers.items():
         sampler = TorchSampler(policy.config, k=V, seed=offset_seed, fp8_backend="emulated", **skw)
         sampler.push_weights(policy.state_dict())

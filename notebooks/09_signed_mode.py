@@ -62,8 +62,8 @@ import json
 
 import numpy as np
 import matplotlib.pyplot as plt
-from scrl_min import arm_config, eval_curve, mean_ci95, moving_average, train_many, with_run_dir
-from scrl_min.core import REPO_ROOT, DEFAULT_MODEL_PATH
+from scrl_min import (arm_config, eval_curve, mean_ci95, moving_average, train_many, with_run_dir, REPO_ROOT,
+                      DEFAULT_MODEL_PATH)
 
 ARM_PRESETS = {"ref": ("bf16", {}), "ref_sc": ("bf16", {"centering": True}),
                "plain": ("plain", {"noise_std": noise_std}), "sc": ("sc", {"noise_std": noise_std}),
@@ -237,8 +237,7 @@ saved.update(collapse_tests=tests, ref_vs_ref_sc_first_different_step=parting)
 
 # %%
 import torch
-from scrl_min.core import (TorchSampler, compute_advantages, distinct_names_reward, encode_prompt, load_policy,
-                           make_task_dataset, trainer_logprobs)
+from scrl_min import (TorchSampler, compute_advantages, distinct_names_reward, encode_prompt, load_policy, make_task_dataset, trainer_logprobs)
 
 policy, tok = load_policy(model_path)
 pull_ids = [encode_prompt(tok, p) for p in make_task_dataset(pull_prompts, seed=0)["prompt"] for _ in range(group_size)]

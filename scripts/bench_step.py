@@ -42,12 +42,12 @@ def child(out_dir: str) -> None:
 
     torch.set_num_threads(1)
     import scrl_min
-    from scrl_min.core import TrainConfig
+    from scrl_min import TrainConfig
 
     fields = {f.name for f in dataclasses.fields(TrainConfig)}  # the baseline has neither of these
     extra = {f: v for f, v in (("eval_every", 0), ("measure_drift", False)) if f in fields}
     tr = scrl_min.Trainer(scrl_min.arm_config("sc", steps=10_000, out_dir=out_dir, progress=False, **extra))
-    tr._resume()
+    (tr.resume if hasattr(tr, "resume") else tr._resume)()  # public since the driver split; the baseline has _resume
     gen = {"s": 0.0}
     real = tr.sampler.generate
 

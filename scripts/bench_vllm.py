@@ -27,8 +27,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch
 
 import scrl_min
-from scrl_min.core import DEFAULT_MODEL_PATH, load_policy
-from scrl_min.core import VLLMSampler, _dense_from_dicts, _dense_from_flat
+from scrl_min import DEFAULT_MODEL_PATH, load_policy, VLLMSampler, dense_from_flat
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from vllm_fakes import dense_from_dicts  # noqa: E402  (the per-entry reference path, now a test oracle)
 
 
 def median_time(fn, repeats):
@@ -95,13 +97,13 @@ def main(argv=None):
     seqs_dict = [o.outputs[0] for o in run(variants[f"logprobs_{k}_dict"])]
     N = sum(len(q.token_ids) for q in seqs_flat)
     ext = {}
-    for name, fn, seqs in [("flat_arrays", _dense_from_flat, seqs_flat),
-                           ("per_entry_dicts", _dense_from_dicts, seqs_dict)]:
+    for name, fn, seqs in [("flat_arrays", dense_from_flat, seqs_flat),
+                           ("per_entry_dicts", dense_from_dicts, seqs_dict)]:
         med, times = median_time(lambda f=fn, q=seqs: f(q, B, T, k, 0), args.repeats)
         ext[name] = dict(seconds=round(med, 5), tokens_per_s=round(N / med),
                          entries_per_s=round(N * (k + 1) / med))
-    a = _dense_from_flat(seqs_flat, B, T, k, 0)
-    b = _dense_from_dicts(seqs_flat_as_dicts(seqs_flat), B, T, k, 0)
+    a = dense_from_flat(seqs_flat, B, T, k, 0)
+    b = dense_from_dicts(seqs_flat_as_dicts(seqs_flat), B, T, k, 0)
     ext["paths_agree_exactly"] = all(torch.equal(x, y) for x, y in zip(a, b))
     ext["speedup"] = round(ext["per_entry_dicts"]["seconds"] / ext["flat_arrays"]["seconds"], 1)
     res["head_extraction"] = ext

@@ -54,8 +54,8 @@ from datasets import Dataset
 warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions")
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
-from .core import (DEFAULT_MODEL_PATH, RolloutError, ScrlError, TorchSampler, distinct_names_reward,  # noqa: E402
-                   lm_head_logprobs, load_policy, make_task_dataset, reduce_loss, score_centered_pg_loss)
+from . import (DEFAULT_MODEL_PATH, RolloutError, ScrlError, TorchSampler, distinct_names_reward,  # noqa: E402
+               lm_head_logprobs, load_policy, make_task_dataset, reduce_loss, score_centered_pg_loss)
 
 # TRL's PPO-clip loss family: with one optimizer step per generation its policy-gradient term per token is
 # −A_t · w_t · ∇log p(y_t), the first part of eq. SC (cispo, sapo, vespo weight the score otherwise).

@@ -19,9 +19,9 @@ import math
 import pytest
 import torch
 
-from scrl_min import Rollout, RolloutError, ScrlError, score_centered_pg_loss, validate_rollout
-from scrl_min.core import _dense_from_dicts, _dense_from_flat
-from vllm_fakes import fake_completion
+from scrl_min import (Rollout, RolloutError, ScrlError, score_centered_pg_loss, validate_rollout,
+                      dense_from_flat)
+from vllm_fakes import fake_completion, dense_from_dicts
 
 F64 = torch.float64
 lg = math.log
@@ -57,13 +57,13 @@ def test_class1_head_shorter_than_asked(row, why):
     flat, dicts = _seq([3, y], [GOOD, row])
     with pytest.raises(RolloutError, match=f"k=4 head log-probs asked, .* at sequence 0, completion "
                                            f"position 1: .*{why}"):
-        _dense_from_flat([flat], 1, 3, 4, pad_id=0)
+        dense_from_flat([flat], 1, 3, 4, pad_id=0)
     with pytest.raises(RolloutError, match="k=4 head log-probs asked, .* at sequence 0, completion "
                                            "position 1"):
-        _dense_from_dicts([dicts], 1, 3, 4, pad_id=0)
+        dense_from_dicts([dicts], 1, 3, 4, pad_id=0)
     # the full rows still build, and the flat and dict paths still agree
     flat, dicts = _seq([3, 3], [GOOD, GOOD])
-    for a, b in zip(_dense_from_flat([flat], 1, 3, 4, 0), _dense_from_dicts([dicts], 1, 3, 4, 0)):
+    for a, b in zip(dense_from_flat([flat], 1, 3, 4, 0), dense_from_dicts([dicts], 1, 3, 4, 0)):
         assert torch.equal(a, b)
     # a Rollout handed over directly: 2 of the asked 4 valid at position 1
     ninf = float("-inf")
@@ -86,12 +86,12 @@ def test_class2_repeated_id_with_two_log_probs():
     flat, _ = _seq([7], [bad])
     with pytest.raises(RolloutError, match="id 7 two log-probs, -1.609438 and -1.203973, at sequence 0, "
                                            "completion position 0"):
-        _dense_from_flat([flat], 1, 2, k, pad_id=0)
+        dense_from_flat([flat], 1, 2, k, pad_id=0)
     # the same value twice, up to float32 rounding (a float64 value sent over JSON), is one log-prob
     x = lg(.2)
     ok = [(7, x), (3, lg(.5)), (7, float(torch.tensor(x).nextafter(torch.tensor(0.0)))), (1, lg(.1))]
     flat, _ = _seq([7], [ok])
-    _, _, logq, hid, hlp = _dense_from_flat([flat], 1, 2, k, pad_id=0)
+    _, _, logq, hid, hlp = dense_from_flat([flat], 1, 2, k, pad_id=0)
     assert hid[0, 0].tolist() == [3, 7, 1] and logq[0, 0] == hlp[0, 0, 1]
     # in a Rollout: the sampled token's log q and its head entry must be one number
     ro = _rollout([[lg(.5), lg(.2), lg(.1)]], [[3, 7, 1]], [7], [lg(.3)])

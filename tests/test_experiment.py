@@ -8,6 +8,7 @@ hand, pairing checked on what two arms actually drew.
 import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -126,7 +127,7 @@ def test_clean_evaluation_on_held_out_prompts(tmp_path):
     # independent: the final policy as a fresh float32 sampler, the same held-out prompts and seed
     s = TorchSampler(tr.policy.config, precision="fp32", k=1, temperature=tr.cfg.temperature)
     s.push_weights(tr.policy.state_dict())
-    g = torch.Generator().manual_seed(scrl_min.core.EVAL_SEED * 1_000_003 + tr.cfg.seed)
+    g = torch.Generator().manual_seed(scrl_min.EVAL_SEED * 1_000_003 + tr.cfg.seed)
     ro = s.generate(tr.eval_prompt_ids, tr.cfg.max_new_tokens, tr.eos_id, tr.tok.pad_token_id, generator=g)
     texts = tr.tok.batch_decode(ro.completion_ids.masked_fill(~ro.completion_mask, tr.tok.pad_token_id),
                                 skip_special_tokens=True)
@@ -142,7 +143,7 @@ def test_clean_evaluation_on_held_out_prompts(tmp_path):
 def test_config_id_changes_with_the_trainer_version(monkeypatch):
     cfg = scrl_min.arm_config("sc")
     before = scrl_min.config_id(cfg)
-    monkeypatch.setattr(scrl_min.core, "TRAINER_VERSION", scrl_min.core.TRAINER_VERSION + 1)
+    monkeypatch.setattr(scrl_min.driver, "TRAINER_VERSION", scrl_min.driver.TRAINER_VERSION + 1)
     assert scrl_min.config_id(cfg) != before
 
 
@@ -150,7 +151,7 @@ def test_config_id_changes_with_the_trainer_version(monkeypatch):
 def test_t_table_by_integrating_the_t_density():
     """Each T975 entry is where Student's t with df degrees of freedom leaves 2.5% in each tail:
     ∫_{-t}^{t} density = 0.95, the density integrated numerically (independent of any stats library)."""
-    for df, t in enumerate(scrl_min.core.T975, start=1):
+    for df, t in enumerate(scrl_min.driver.T975, start=1):
         x = torch.linspace(-t, t, 200_001, dtype=torch.float64)
         c = math.gamma((df + 1) / 2) / (math.sqrt(df * math.pi) * math.gamma(df / 2))
         dens = c * (1 + x ** 2 / df) ** (-(df + 1) / 2)
@@ -188,3 +189,69 @@ def test_encode_prompt_uses_the_chat_template_and_falls_back_to_the_text():
         assert scrl_min.encode_prompt(tok, msg) == tok(msg)["input_ids"]
     finally:
         tok.chat_template = template
+
+
+# ─── the experiments' scaffold: outcomes per run, paired contrasts, Holm, McNemar ─────────────────
+def _holm_reject_by_steps(p, alpha):
+    """Holm's procedure as written in the paper: test the sorted p-values against α/m, α/(m−1), ...
+    and stop at the first that is not below its level. Returns the rejected set (indices)."""
+    order = sorted(range(len(p)), key=lambda i: p[i])
+    rejected = set()
+    for rank, i in enumerate(order):
+        if p[i] > alpha / (len(p) - rank):
+            break
+        rejected.add(i)
+    return rejected
+
+
+def test_holm_adjusted_p_values_reject_what_the_step_down_procedure_rejects():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        p = rng.uniform(0, 0.2, size=rng.integers(1, 8)) ** 2
+        adj = scrl_min.holm(p)
+        assert (adj >= p - 1e-15).all() and (adj <= 1).all()
+        for alpha in (0.01, 0.05, 0.1):
+            assert {i for i, a in enumerate(adj) if a <= alpha} == _holm_reject_by_steps(p, alpha)
+
+
+def test_paired_contrasts_against_scipy_and_the_interval_test_duality():
+    from scipy import stats
+
+    rng = np.random.default_rng(1)
+    values = {arm: rng.normal(mu, 0.2, size=12) for arm, mu in (("a", 0.5), ("b", 0.3), ("c", 0.45), ("d", 0.1))}
+    contrasts = [("a", "b"), ("a", "c"), ("c", "b"), ("b", "d")]
+    rows = scrl_min.paired_contrasts(values, contrasts)
+    for (a, b), r in zip(contrasts, rows):
+        d = values[a] - values[b]
+        assert r["name"] == f"{a} − {b}" and r["n"] == 12 and r["wins"] == int((d > 0).sum())
+        assert r["mean"] == pytest.approx(d.mean())
+        assert r["p"] == pytest.approx(stats.ttest_rel(values[a], values[b]).pvalue, rel=1e-9)
+        lo, hi = stats.t.interval(0.95, 11, loc=d.mean(), scale=stats.sem(d))
+        assert r["ci95"] == pytest.approx((hi - lo) / 2, rel=1e-3)  # the T975 table has 4 digits
+        # the Holm interval is the t interval at the level Holm tests this contrast at: it excludes 0
+        # exactly when p is below that level
+        assert (abs(r["mean"]) > r["ci_holm"]) == (r["p"] < r["holm_level"])
+        assert r["ci_holm"] >= r["ci95"] * (1 - 1e-4)  # equal at level α (T975 has 4 digits)
+    assert [r["p_holm"] for r in rows] == pytest.approx(list(scrl_min.holm([r["p"] for r in rows])))
+    assert sorted(r["holm_level"] for r in rows) == pytest.approx([0.05 / 4, 0.05 / 3, 0.05 / 2, 0.05])
+
+
+def test_mcnemar_exact_is_the_binomial_tail_of_the_discordant_seeds():
+    a = [1, 1, 1, 1, 1, 0, 0, 1, 0, 0, 1, 1]
+    b = [0, 0, 0, 1, 0, 0, 1, 1, 0, 0, 0, 0]
+    r = scrl_min.mcnemar_exact(a, b)
+    assert (r["a_only"], r["b_only"]) == (6, 1)
+    n = 7  # two-sided: both tails as extreme as 6 of 7
+    tail = sum(math.comb(n, j) for j in (0, 1, 6, 7)) / 2 ** n
+    assert r["p"] == pytest.approx(tail)
+    assert scrl_min.mcnemar_exact([0, 1], [0, 1])["p"] == 1.0
+
+
+def test_final_reward_auc_and_collapse_from_a_hand_made_run():
+    recs = [dict(step=0, eval_reward_init=0.1, eval_reward_std_init=0.05),
+            dict(step=1, eval_reward=0.3, eval_reward_std=0.06), dict(step=2),
+            dict(step=3, eval_reward=0.5, eval_reward_std=0.01)]
+    # updates 0, 2, 4: trapezoids (0.1 + 0.3) / 2 · 2 + (0.3 + 0.5) / 2 · 2 = 1.2, over 4 updates
+    assert scrl_min.curve_auc(recs) == pytest.approx(0.3)
+    assert scrl_min.final_reward(recs, last=2) == pytest.approx(0.4)
+    assert scrl_min.collapsed(recs) and not scrl_min.collapsed(recs[:2])

@@ -11,8 +11,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scrl_min import ScrlError, score_centered_pg_loss
-from scrl_min.core import RolloutError, Rollout, lm_head_logprobs, reduce_loss, validate_rollout
+from scrl_min import (ScrlError, score_centered_pg_loss, RolloutError, Rollout, lm_head_logprobs, reduce_loss,
+                      validate_rollout)
 
 WEIGHTINGS = ["none", "is", "tis", "mis", "icepop"]
 C, LO, HI = 2.0, 0.5, 5.0

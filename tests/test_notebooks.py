@@ -13,7 +13,7 @@ import nbformat
 import pytest
 import yaml
 
-from scrl_min.core import PROBE_TOL
+from scrl_min import PROBE_TOL
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))

@@ -17,8 +17,7 @@ import torch
 
 import scrl_min
 from scrl_min import ScrlError, TorchSampler, TrainConfig, Trainer, config_id, load_policy
-from scrl_min.core import (DEFAULT_MODEL_PATH, FORMATS, GRIDS, KV_SCALE, PRECISIONS, FP8Linear, QuantLinear,
-                           dequantize, fp8_kv_cache, fp8_kv_round, quantize, quantize_fp8, vllm_precision_for)
+from scrl_min import (DEFAULT_MODEL_PATH, FORMATS, GRIDS, KV_SCALE, PRECISIONS, QuantLinear, dequantize, fp8_kv_cache, fp8_kv_round, quantize, vllm_precision_for)
 
 # grid: (qmin, qmax, m), spelled out here again: max|x| of a block maps onto m
 REFERENCE_GRIDS = {"e4m3": (-448.0, 448.0, 448.0), "e5m2": (-57344.0, 57344.0, 57344.0),
@@ -128,13 +127,6 @@ def test_groups_run_along_the_inputs():
         quantize(w, "int3")
 
 
-def test_quantize_fp8_is_the_e4m3_row():
-    w = weights(seed=4)
-    a, b = quantize_fp8(w), quantize(w, "e4m3")
-    assert torch.equal(a[0].view(torch.uint8), b[0].view(torch.uint8)) and torch.equal(a[1], b[1])
-    assert a[1].shape == (w.shape[0], 1)
-
-
 # ─── the quantized Linear ───────────────────────────────────────────────────────────────────────
 @pytest.mark.parametrize("fmt", list(FORMATS))
 def test_quant_linear_is_the_float64_matmul_of_its_rounded_operands(fmt):
@@ -167,14 +159,15 @@ def test_quant_linear_is_the_float64_matmul_of_its_rounded_operands(fmt):
 
 
 def test_fp8_linear_keeps_its_emulated_formula():
-    """FP8Linear is the "fp8" QuantLinear, and its emulated output is the formula it always had:
-    ((x8 · s_x) @ (w8 · s_w)ᵀ) rounded to bf16, bit for bit."""
+    """The "fp8" QuantLinear's emulated output is the formula it always had:
+    ((x8 · s_x) @ (w8 · s_w)ᵀ) rounded to bf16, bit for bit; its activation codes are the e4m3 grid's."""
     torch.manual_seed(6)
     w, x = torch.randn(64, 96), torch.randn(40, 96) * 3
-    lin = FP8Linear(96, 64, False, "emulated")
+    lin = QuantLinear(96, 64, False, fmt="fp8", backend="emulated")
     lin.set_weight(w)
-    assert isinstance(lin, QuantLinear) and lin.format == "fp8"
-    x8, xs = quantize_fp8(x)
+    assert lin.format == "fp8"
+    x8, xs = quantize(x, "e4m3")
+    assert x8.dtype == torch.float8_e4m3fn and xs.shape == (40, 1)
     ref = ((x8.float() * xs) @ (lin.weight8.float() * lin.weight_scale).t()).bfloat16().float()
     assert torch.equal(lin(x), ref)
 
@@ -302,7 +295,7 @@ def test_reserved_kv_cache_decodes_as_transformers_dynamic_cache(policy):
     FP8 cache with reserved room equals the FP8 cache without, and rounds (differs from float32)."""
     from transformers import DynamicCache
 
-    from scrl_min.core import reserved_kv_cache
+    from scrl_min import reserved_kv_cache
 
     model, tok = policy
     n = model.config.num_hidden_layers
@@ -460,7 +453,7 @@ def test_a_run_names_its_format_in_every_metrics_line(tmp_path):
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
 def test_code_values_table_equals_the_cast_for_all_bit_patterns(dtype):
     codes = torch.arange(256, dtype=torch.uint8).view(dtype).reshape(16, 16)
-    got, ref = scrl_min.core.code_values(codes), codes.float()
+    got, ref = scrl_min.code_values(codes), codes.float()
     assert got.dtype == torch.float32
     assert torch.equal(got.isnan(), ref.isnan()) and torch.equal(got[~ref.isnan()], ref[~ref.isnan()])
 

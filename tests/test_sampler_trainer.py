@@ -9,10 +9,10 @@ import pytest
 import torch
 
 import scrl_min
-from scrl_min import (FP8Linear, RolloutError, ScrlError, TorchSampler, TrainConfig, Trainer,
-                      distinct_names_reward, load_policy, quantize_fp8, trainer_logprobs,
+from scrl_min import (QuantLinear, RolloutError, ScrlError, TorchSampler, TrainConfig, Trainer,
+                      distinct_names_reward, load_policy, quantize, trainer_logprobs,
                       validate_rollout)
-from scrl_min.core import DEFAULT_MODEL_PATH
+from scrl_min import DEFAULT_MODEL_PATH
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +29,9 @@ def prompts_of(tok, n):
 
 
 # ─── FP8 ────────────────────────────────────────────────────────────────────────────────────────
-def test_quantize_fp8_rowwise_error_bound():
+def test_quantize_e4m3_rowwise_error_bound():
     x = torch.randn(17, 64, dtype=torch.float64) * torch.logspace(-3, 3, 17, dtype=torch.float64)[:, None]
-    x8, scale = quantize_fp8(x)
+    x8, scale = quantize(x, "e4m3")
     assert x8.dtype == torch.float8_e4m3fn and scale.shape == (17, 1)
     deq = x8.double() * scale.double()
     # e4m3 keeps 3 mantissa bits: relative error <= 2^-4 for normal values; row max maps onto 448
@@ -43,11 +43,11 @@ def test_quantize_fp8_rowwise_error_bound():
 def test_fp8_linear_matches_float64_dequantized_matmul():
     torch.manual_seed(1)
     w, x = torch.randn(48, 32), torch.randn(5, 7, 32)
-    lin = FP8Linear(32, 48, bias=False, backend="scaled_mm")
+    lin = QuantLinear(32, 48, bias=False, fmt="fp8", backend="scaled_mm")
     lin.set_weight(w)
     y = lin(x.bfloat16())
     assert y.shape == (5, 7, 48)
-    x8, xs = quantize_fp8(x.bfloat16().reshape(-1, 32))
+    x8, xs = quantize(x.bfloat16().reshape(-1, 32), "e4m3")
     ref = (x8.double() * xs.double()) @ (lin.weight8.double() * lin.weight_scale.double()).t()
     assert torch.allclose(y.double().reshape(-1, 48), ref, rtol=1e-2, atol=1e-2)
     # and it is a real approximation of the float matmul (not, say, zero)
@@ -59,14 +59,14 @@ def test_fp8_backends_agree():
     """torch._scaled_mm and the float32 emulation multiply the same e4m3 operands."""
     torch.manual_seed(2)
     w, x = torch.randn(64, 96), torch.randn(40, 96) * 3
-    a, b = FP8Linear(96, 64, False, "scaled_mm"), FP8Linear(96, 64, False, "emulated")
+    a, b = (QuantLinear(96, 64, False, fmt="fp8", backend=be) for be in ("scaled_mm", "emulated"))
     a.set_weight(w)
     b.set_weight(w)
     ya, yb = a(x), b(x)
     # both round the output to bf16: they may differ by one bf16 ulp (2^-8 relative) from summation order
     assert ((ya - yb).abs() <= 2 ** -7 * yb.abs() + 1e-6).all()
     with pytest.raises(ScrlError, match="unknown FP8 backend"):
-        FP8Linear(4, 4, False, "fp4")
+        QuantLinear(4, 4, False, fmt="fp8", backend="fp4")
 
 
 # ─── the sampler contract ───────────────────────────────────────────────────────────────────────
@@ -90,7 +90,7 @@ def test_rollout_contract_against_teacher_forced_forward(policy, precision, kv_c
     # (through a fresh FP8 KV cache when the sampler has one: it rounds every key and value)
     ids = torch.cat([ro.prompt_ids, ro.completion_ids], 1)
     attn = torch.cat([ro.prompt_mask, ro.completion_mask], 1).long()
-    cache = None if kv_cache == "auto" else scrl_min.core.fp8_kv_cache(model.config.num_hidden_layers)
+    cache = None if kv_cache == "auto" else scrl_min.fp8_kv_cache(model.config.num_hidden_layers)
     with torch.no_grad():
         logits = s.model(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0),
                          past_key_values=cache, use_cache=cache is not None).logits.double()
@@ -238,8 +238,14 @@ def test_bad_configs_give_clear_errors(policy, tmp_path):
         Trainer(TrainConfig(model=str(tmp_path / "nope"), out_dir=str(tmp_path)))
     with pytest.raises(ScrlError, match="unknown advantage_mode"):
         Trainer(TrainConfig(advantage_mode="baseline", out_dir=str(tmp_path)))
-    with pytest.raises(ScrlError, match="unknown sampler 'sglang'; choose torch or vllm"):
-        Trainer(TrainConfig(sampler="sglang", out_dir=str(tmp_path)))
+    with pytest.raises(ScrlError, match=r"unknown sampler 'sglang'; choose one of \('torch', 'vllm'\)"):
+        TrainConfig(sampler="sglang", out_dir=str(tmp_path))  # the config refuses it, before any model loads
+    with pytest.raises(ScrlError, match="group_size must be > 0, got 0"):
+        TrainConfig(group_size=0)
+    with pytest.raises(ScrlError, match="centered advantages need group_size >= 2"):
+        TrainConfig(advantage_mode="centered", group_size=1)
+    with pytest.raises(ScrlError, match=r"mis_band must be \[lo, hi\]"):
+        TrainConfig(mis_band=(5.0, 0.5))
     with pytest.raises(ScrlError, match="unknown weight_level 'seq'"):
         Trainer(TrainConfig(weight_level="seq", out_dir=str(tmp_path)))
     with pytest.raises(ScrlError, match="unknown sampler precision"):
@@ -281,13 +287,11 @@ def test_resume_after_interrupt_reproduces_the_uninterrupted_run(tmp_path):
     # interrupted run: 3 steps logged, but the last checkpoint is at step 2
     part = Trainer(scrl_min.arm_config("plain", steps=3, staleness=1, out_dir=str(tmp_path / "b"), **SMALL))
     part.cfg.checkpoint_every = 2
-    part._resume()
-    with open(part.metrics_path, "a") as f:
-        for _ in range(3):
-            rec = part.train_step()
-            f.write(json.dumps(rec) + "\n")
-            if part.step == 2:
-                part._save_checkpoint()
+    part.resume()
+    for _ in range(3):
+        part.run.append(part.train_step())
+        if part.step == 2:
+            part.save_checkpoint()
     assert len(scrl_min.read_metrics(part.metrics_path)) == 3
     resumed = Trainer(scrl_min.arm_config("plain", steps=4, staleness=1, out_dir=str(tmp_path / "b"), **SMALL)).train()
     assert [r["step"] for r in resumed] == [0, 1, 2, 3]
@@ -451,7 +455,7 @@ def test_sampler_attention_broadcasts_kv_heads_with_the_same_numbers(policy):
     s = TorchSampler(model.config, precision="fp32", k=4)
     s.push_weights(model.state_dict())
     assert s.model.config._attn_implementation == "sdpa_gqa" and model.config._attn_implementation == "sdpa"
-    ids, mask = scrl_min.core._left_pad(prompts_of(tok, 4), tok.pad_token_id)
+    ids, mask = scrl_min.engines._left_pad(prompts_of(tok, 4), tok.pad_token_id)
     pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
         a = s.model(input_ids=ids, attention_mask=mask.long(), position_ids=pos).logits

@@ -188,7 +188,7 @@ def test_two_process_gradient_equals_single_process_gradient(tmp_path):
     import subprocess
     import sys
 
-    sys.path.insert(0, str(scrl_min.core.REPO_ROOT / "scripts"))
+    sys.path.insert(0, str(scrl_min.REPO_ROOT / "scripts"))
     from trl_ddp import DDP_CONFIG, shard
 
     cfg, sc_kw, seq = IS_CASES["token_mask"]
@@ -203,11 +203,11 @@ def test_two_process_gradient_equals_single_process_gradient(tmp_path):
     torch.save(batch, tmp_path / "batch.pt")
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           str(scrl_min.core.REPO_ROOT / "scripts" / "trl_ddp.py"), "--out", str(tmp_path / "ddp"),
+           str(scrl_min.REPO_ROOT / "scripts" / "trl_ddp.py"), "--out", str(tmp_path / "ddp"),
            "--batch", str(tmp_path / "batch.pt"), "--loss_types", ",".join(DDP_LOSS_TYPES), "--steps", "2",
            "--config", json.dumps(cfg)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(scrl_min.core.REPO_ROOT)})
+                       env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(scrl_min.REPO_ROOT)})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     ddp = torch.load(tmp_path / "ddp" / "ddp_grads.pt")
     gaps = {}

@@ -15,10 +15,10 @@ import pytest
 import torch
 
 import scrl_min
-from scrl_min import RolloutError, ScrlError, load_policy, trainer_logprobs, validate_rollout
-from scrl_min.core import (DEFAULT_MODEL_PATH, PROBE_TOL, VLLMSampler, _dense_from_dicts,
-                           _dense_from_flat, cpu_supports_fp8_kv, vllm_precision_for)
-from vllm_fakes import fake_completion
+from scrl_min import (RolloutError, ScrlError, load_policy, trainer_logprobs, validate_rollout,
+                      DEFAULT_MODEL_PATH, PROBE_TOL, VLLMSampler, cpu_supports_fp8_kv, vllm_precision_for,
+                      dense_from_flat)
+from vllm_fakes import fake_completion, dense_from_dicts
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
@@ -44,8 +44,8 @@ def test_dense_tensors_dedupe_the_sampled_token_and_look_it_up_by_id():
             [(6, lg(.4)), (5, lg(.1)), (2, lg(.1)), (8, lg(.3))]]
     flat, dicts = _seq([7, 9, 6], rows)
     k = 3
-    a = _dense_from_flat([flat], 1, 4, k, pad_id=0)
-    b = _dense_from_dicts([dicts], 1, 4, k, pad_id=0)
+    a = dense_from_flat([flat], 1, 4, k, pad_id=0)
+    b = dense_from_dicts([dicts], 1, 4, k, pad_id=0)
     for x, y in zip(a, b):
         assert torch.equal(x, y)
     ids, mask, logq, hid, hlp = a
@@ -62,13 +62,13 @@ def test_dense_tensors_refuse_a_row_without_the_sampled_token():
     flat, dicts = _seq([4, 2], [[(4, -0.1), (1, -3.0)], [(3, -0.2), (1, -2.0)]])
     with pytest.raises(RolloutError, match="no log-prob for the sampled token at sequence 0, "
                                            "completion position 1"):
-        _dense_from_flat([flat], 1, 2, 1, pad_id=0)
+        dense_from_flat([flat], 1, 2, 1, pad_id=0)
     with pytest.raises(RolloutError, match="no log-prob for the sampled token at sequence 0, "
                                            "completion position 1"):
-        _dense_from_dicts([dicts], 1, 2, 1, pad_id=0)
+        dense_from_dicts([dicts], 1, 2, 1, pad_id=0)
     flat, dicts = _seq([4], [[(4, float("nan")), (1, -3.0)]])
     with pytest.raises(RolloutError, match="NaN log-prob from the engine at sequence 0"):
-        _dense_from_flat([flat], 1, 2, 1, pad_id=0)
+        dense_from_flat([flat], 1, 2, 1, pad_id=0)
 
 
 # ─── the real engine ────────────────────────────────────────────────────────────────────────────
@@ -380,7 +380,7 @@ def test_noise_and_staleness_reach_the_engine_and_pass_verification(engine, poli
 
 
 def test_vllm_precision_of_each_arm(monkeypatch):
-    import scrl_min.core as core
+    import scrl_min.engines as core
 
     assert vllm_precision_for("bf16") == "bf16" and vllm_precision_for("fp8", "bf16") == "bf16"
     monkeypatch.setattr(core.torch.cuda, "is_available", lambda: True)

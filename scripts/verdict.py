@@ -1,0 +1,180 @@
+"""The verdict page's numbers and its forest plot, from the committed figures/*.json.
+
+    python scripts/verdict.py            # print the generated blocks of docs/verdict.md
+    python scripts/verdict.py --write    # rewrite those blocks, figures/verdict_forest.{png,json}
+
+Every paired contrast the notebooks report (arm − arm in final clean reward, per seed) becomes one row:
+its setting, its mean with the 95% t interval, the paired t test's p, and Holm's correction over every
+row on the page (one family: the page reads them all). The row's KL(q‖p) per token, where the notebook
+measured it, stands beside it. tests/test_docs.py checks that docs/verdict.md holds what this makes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+FIG = REPO / "figures"
+PAGE = REPO / "docs" / "verdict.md"
+
+
+def _load(name):
+    path = FIG / name
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _row(source, setting, name, diffs, kl=None):
+    return dict(source=source, setting=setting, contrast=name, per_seed=[float(d) for d in diffs], kl=kl)
+
+
+def rows() -> list:
+    """Every paired contrast of the committed JSON, as (source, setting, contrast, per-seed differences,
+    KL), in page order: the headline (02), the severity ladder (11), the regime map (06), staleness (07)."""
+    out = []
+    d = _load("02_fp8_arms.json")
+    if d:
+        fin = {a: np.array(v["final_eval_per_seed"]) for a, v in d["final"].items()}
+        kl = d.get("kl_qp_step0", {}).get("plain")
+        setting = d.get("setting", f"FP8 + σ {d['parameters']['noise_std']}") + f", {d['parameters']['advantage_mode']}"
+        names = d.get("primary_contrasts") or ["sc − mis", "sc − tis", "sc_mis − mis", "sc − plain", "plain − bf16"]
+        for name in names:
+            a, b = name.split(" − ")
+            if a in fin and b in fin:
+                out.append(_row("02", setting, name, fin[a] - fin[b], kl))
+    d = _load("11_severity_slope.json")
+    if d:
+        for rung in d["rungs"]:
+            r = d["per_rung"][rung]
+            for name in r["contrasts"]:
+                a, b = name.split(" − ")
+                diffs = np.array(r["final"][a]["per_seed"]) - np.array(r["final"][b]["per_seed"])
+                out.append(_row("11", f"{rung}, {d['parameters']['advantage_mode']}", name, diffs, r["kl_run_mean"]))
+    d = _load("06_regime_map.json")
+    if d:
+        p, runs = d["parameters"], d["final_per_run"]
+        for mode in p["modes"]:
+            for prec, sigma in zip(p["severity_formats"], p["severity_noise"]):
+                label = prec + (f" σ={sigma:g}" if sigma > 0 else "")
+                cell = f"{mode} · {label}"
+                kl = d["measured"].get(cell, {}).get("kl_qp")
+                for a, b in (("sc", "plain"), ("sc", "mis"), ("sc", "tis"), ("sc_mis", "mis"), ("plain", "reference")):
+                    def f(arm, s):
+                        key = f"{mode} / reference / bf16 / {s}" if arm == "reference" else f"{mode} / {label} / {arm} / {s}"
+                        return runs[key]
+                    if all(x == "reference" or x in p["arms"] for x in (a, b)):
+                        diffs = [f(a, s) - f(b, s) for s in p["seeds"]]
+                        out.append(_row("06", f"{label}, {mode}", f"{a} − {b}".replace("reference", "bf16"), diffs, kl))
+    d = _load("07_staleness.json")
+    if d:
+        p, fin = d["parameters"], d["final"]
+        for s in p["staleness"]:
+            key = f"s={s}"
+            for a, b in (("sc_tis", "tis"), ("sc_mis", "mis"), ("plain", "reference_s0")):
+                if a in fin and b in fin:
+                    va = np.array(fin[a][key]["per_seed"])
+                    vb = np.array(fin[b]["per_seed"] if b == "reference_s0" else fin[b][key]["per_seed"])
+                    out.append(_row("07", f"staleness s = {s}, {p['sampler_precision']}, {p['advantage_mode']}",
+                                    f"{a} − {b}".replace("reference_s0", "s = 0"), va - vb, fin[a][key].get("kl_qp")))
+    return out
+
+
+def with_tests(rs: list, alpha: float = 0.05) -> list:
+    """Adds mean, ci95, p (paired t), p_holm and ci_holm (Holm over all rows) to every row."""
+    from scipy import stats
+
+    sys.path.insert(0, str(REPO))
+    from scrl_min import holm, mean_ci95
+
+    for r in rs:
+        d = np.array(r["per_seed"])
+        m, h = mean_ci95(d)
+        sd = d.std(ddof=1)
+        r.update(n=len(d), mean=float(m), ci95=float(h), wins=int((d > 0).sum()),
+                 p=1.0 if sd == 0 else float(2 * stats.t.sf(abs(m) / (sd / math.sqrt(len(d))), len(d) - 1)))
+    adj = holm([r["p"] for r in rs])
+    order = np.argsort(np.argsort([r["p"] for r in rs], kind="stable"), kind="stable")
+    for r, ph, k in zip(rs, adj, order):
+        level = alpha / (len(rs) - k)
+        sd = float(np.std(r["per_seed"], ddof=1))
+        r.update(p_holm=float(ph), ci_holm=float(stats.t.ppf(1 - level / 2, r["n"] - 1) * sd / math.sqrt(r["n"])))
+    return rs
+
+
+def fmt(x, signed=True, d=3):
+    return f"{x:+.{d}f}" if signed else f"{x:.{d}f}"
+
+
+def forest_table(rs: list) -> str:
+    lines = ["| source | setting | contrast | mean ± 95% | Holm-level interval | p | Holm p | wins | KL(q‖p) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rs:
+        kl = f"{r['kl']:.1e}" if r["kl"] is not None else "–"
+        bold = "**" if r["p_holm"] < 0.05 else ""
+        lines.append(f"| {r['source']} | {r['setting']} | {bold}{r['contrast']}{bold} | {fmt(r['mean'])} ± {r['ci95']:.3f} | "
+                     f"± {r['ci_holm']:.3f} | {r['p']:.3f} | {r['p_holm']:.3f} | {r['wins']}/{r['n']} | {kl} |")
+    return "\n".join(lines)
+
+
+def forest_plot(rs: list, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 0.26 * len(rs) + 1.6))
+    colors = {"02": "tab:blue", "11": "tab:green", "06": "tab:purple", "07": "tab:orange"}
+    for i, r in enumerate(rs):
+        c = colors.get(r["source"], "k")
+        lim = 1.0  # rewards lie in [0, 1]: a difference beyond ±1 is off the scale
+        ax.plot([max(r["mean"] - r["ci_holm"], -lim), min(r["mean"] + r["ci_holm"], lim)], [i, i], color=c, lw=0.8, alpha=0.6)
+        ax.plot([r["mean"] - r["ci95"], r["mean"] + r["ci95"]], [i, i], color=c, lw=2.6)
+        ax.plot(r["mean"], i, "o", color=c if r["p_holm"] < 0.05 else "white", mec=c, ms=5)
+        if r["kl"] is not None:
+            ax.text(1.04, i, f"{r['kl']:.1e}", va="center", fontsize=6.5, transform=ax.get_yaxis_transform())
+    ax.axvline(0, color="0.3", lw=0.8)
+    ax.set_yticks(range(len(rs)), [f"{r['source']} · {r['setting']} · {r['contrast']}" for r in rs], fontsize=6.5)
+    ax.invert_yaxis()
+    ax.set_xlim(-1, 1)
+    ax.set_xlabel("paired difference in final clean reward (thick: 95%; thin: Holm level over all rows; filled: Holm p < 0.05)")
+    ax.text(1.04, -1.2, "KL", fontsize=7, transform=ax.get_yaxis_transform())
+    ax.set_title("Every paired contrast, one family (Holm over all rows)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def blocks(rs=None) -> dict:
+    """The generated blocks of docs/verdict.md, by name."""
+    rs = with_tests(rows()) if rs is None else rs
+    return {"forest": forest_table(rs)}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--write", action="store_true", help="rewrite docs/verdict.md's blocks and the forest plot")
+    args = ap.parse_args(argv)
+    rs = with_tests(rows())
+    made = blocks(rs)
+    if not args.write:
+        for name, text in made.items():
+            print(f"<!-- verdict:{name} -->\n{text}\n<!-- /verdict:{name} -->\n")
+        return
+    page = PAGE.read_text()
+    for name, text in made.items():
+        page, n = re.subn(rf"<!-- verdict:{name} -->\n.*?\n<!-- /verdict:{name} -->",
+                          lambda m: f"<!-- verdict:{name} -->\n{text}\n<!-- /verdict:{name} -->", page, flags=re.S)
+        if n != 1:
+            raise SystemExit(f"docs/verdict.md has no block verdict:{name}")
+    PAGE.write_text(page)
+    forest_plot(rs, FIG / "verdict_forest.png")
+    (FIG / "verdict_forest.json").write_text(json.dumps(rs, indent=1))
+    print(f"wrote {PAGE.relative_to(REPO)} and figures/verdict_forest.{{png,json}} ({len(rs)} rows)")
+
+
+if __name__ == "__main__":
+    main()
