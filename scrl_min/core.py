@@ -358,67 +358,6 @@ def _head_sum(c, logp_head, sampler_logp_head, mask):
     return (c * torch.where(use, logp_head.float(), torch.zeros_like(c))).sum(-1)
 
 
-def _per_token(advantages, B: int, T: int):
-    """Advantages (B,) or (B, T) as (B, T) (a view); raises ScrlError for another shape."""
-    A = advantages[:, None] if advantages.dim() == 1 and advantages.shape[0] == B else advantages
-    if not (A.dim() == 2 and A.shape[0] == B and A.shape[1] in (1, T)):
-        raise ScrlError(f"advantages has shape {tuple(advantages.shape)}, expected ({B},) or ({B}, {T})")
-    return A.expand(B, T)
-
-
-def _check_loss_inputs(logp, logp_head, sampler_logp, sampler_logp_head, mask, weighting, needs_head,
-                       extra=()):
-    """Shapes, names, and the sampler's values at loss-carrying positions (a non-finite log q(y_t),
-    a NaN head slot; with needs_head, a head with no valid slot): raises ScrlError naming the first.
-    extra: more (name, tensor or None, expected shape) to check. Returns mask as (B, T) bool."""
-    if logp.dim() != 2:
-        raise ScrlError(f"logp has shape {tuple(logp.shape)}, expected (B, T)")
-    B, T = logp.shape
-    if logp_head.dim() != 3 or logp_head.shape[:2] != (B, T):
-        raise ScrlError(f"logp_head has shape {tuple(logp_head.shape)}, expected ({B}, {T}, k)")
-    for name, x, shape in [("sampler_logp", sampler_logp, (B, T)),
-                           ("sampler_logp_head", sampler_logp_head, logp_head.shape),
-                           ("mask", mask, (B, T)), *extra]:
-        if x is not None and tuple(x.shape) != tuple(shape):
-            raise ScrlError(f"{name} has shape {tuple(x.shape)}, expected {tuple(shape)}")
-    if weighting not in WEIGHTINGS:
-        raise ScrlError(f"unknown weighting {weighting!r}; choose one of {WEIGHTINGS}")
-    mask = mask.bool()
-    bad = mask & ~torch.isfinite(sampler_logp)  # NaN, ±inf: a broken row would become a weight
-    if bad.any():
-        b, t = bad.nonzero()[0].tolist()
-        raise ScrlError(f"sampler_logp = {sampler_logp[b, t].item()} (log q of the sampled token) at "
-                        f"{_first_bad(bad)}, a loss-carrying position: a broken sampler row "
-                        f"(validate_rollout refuses it)")
-    return _check_head(logp_head, sampler_logp_head, mask, needs_head)
-
-
-def _check_head(logp_head, sampler_logp_head, mask, needs_head):
-    """At loss-carrying positions: no NaN in the sampler head (−inf / <= EMPTY_LOGP slots are legal), and
-    with needs_head at least one valid slot (else the token cannot be centered). Returns mask."""
-    if tuple(sampler_logp_head.shape) != tuple(logp_head.shape):
-        raise ScrlError(f"sampler_logp_head has shape {tuple(sampler_logp_head.shape)}, expected "
-                        f"{tuple(logp_head.shape)}")
-    bad = mask & torch.isnan(sampler_logp_head).any(-1)
-    if bad.any():
-        raise ScrlError(f"NaN in sampler_logp_head at {_first_bad(bad)}, a loss-carrying position: a "
-                        f"broken sampler row (validate_rollout refuses it); an empty head slot is −inf "
-                        f"or <= {EMPTY_LOGP:g}, never NaN")
-    if needs_head:
-        empty = mask & ~(sampler_logp_head > EMPTY_LOGP).any(-1)
-        if empty.any():
-            raise ScrlError(f"empty sampler head (no slot above {EMPTY_LOGP:g}) at "
-                            f"{_first_bad(empty)}, a loss-carrying position: the token cannot be "
-                            f"centered (did the engine return an empty top-k list?)")
-    return mask
-
-
-def _first_bad(bad: torch.Tensor) -> str:
-    """'sequence b, position t' of the first True in a (B, T) bool tensor."""
-    b, t = bad.nonzero()[0].tolist()[:2]
-    return f"sequence {b}, position {t}"
-
-
 def reduce_loss(per_token: torch.Tensor, mask: torch.Tensor, reduction: str = "token_mean",
                 denominator: Optional[float] = None) -> torch.Tensor:
     """Scalar loss from a (B, T) per-token loss.
@@ -885,3 +824,67 @@ def _ppo_clip(outer, A, lp_y, lp_ref_y, mask, level, ppo_clip):
     lo, hi = ppo_clip
     clipped = ((A > 0) & (pi > 1 + hi)) | ((A < 0) & (pi < 1 - lo))
     return torch.where(clipped, 0.0, outer * pi), pi, clipped
+
+
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+# Input checks of the loss, kept out of its way
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+def _per_token(advantages, B: int, T: int):
+    """Advantages (B,) or (B, T) as (B, T) (a view); raises ScrlError for another shape."""
+    A = advantages[:, None] if advantages.dim() == 1 and advantages.shape[0] == B else advantages
+    if not (A.dim() == 2 and A.shape[0] == B and A.shape[1] in (1, T)):
+        raise ScrlError(f"advantages has shape {tuple(advantages.shape)}, expected ({B},) or ({B}, {T})")
+    return A.expand(B, T)
+
+
+def _check_loss_inputs(logp, logp_head, sampler_logp, sampler_logp_head, mask, weighting, needs_head,
+                       extra=()):
+    """Shapes, names, and the sampler's values at loss-carrying positions (a non-finite log q(y_t),
+    a NaN head slot; with needs_head, a head with no valid slot): raises ScrlError naming the first.
+    extra: more (name, tensor or None, expected shape) to check. Returns mask as (B, T) bool."""
+    if logp.dim() != 2:
+        raise ScrlError(f"logp has shape {tuple(logp.shape)}, expected (B, T)")
+    B, T = logp.shape
+    if logp_head.dim() != 3 or logp_head.shape[:2] != (B, T):
+        raise ScrlError(f"logp_head has shape {tuple(logp_head.shape)}, expected ({B}, {T}, k)")
+    for name, x, shape in [("sampler_logp", sampler_logp, (B, T)),
+                           ("sampler_logp_head", sampler_logp_head, logp_head.shape),
+                           ("mask", mask, (B, T)), *extra]:
+        if x is not None and tuple(x.shape) != tuple(shape):
+            raise ScrlError(f"{name} has shape {tuple(x.shape)}, expected {tuple(shape)}")
+    if weighting not in WEIGHTINGS:
+        raise ScrlError(f"unknown weighting {weighting!r}; choose one of {WEIGHTINGS}")
+    mask = mask.bool()
+    bad = mask & ~torch.isfinite(sampler_logp)  # NaN, ±inf: a broken row would become a weight
+    if bad.any():
+        b, t = bad.nonzero()[0].tolist()
+        raise ScrlError(f"sampler_logp = {sampler_logp[b, t].item()} (log q of the sampled token) at "
+                        f"{_first_bad(bad)}, a loss-carrying position: a broken sampler row "
+                        f"(validate_rollout refuses it)")
+    return _check_head(logp_head, sampler_logp_head, mask, needs_head)
+
+
+def _check_head(logp_head, sampler_logp_head, mask, needs_head):
+    """At loss-carrying positions: no NaN in the sampler head (−inf / <= EMPTY_LOGP slots are legal), and
+    with needs_head at least one valid slot (else the token cannot be centered). Returns mask."""
+    if tuple(sampler_logp_head.shape) != tuple(logp_head.shape):
+        raise ScrlError(f"sampler_logp_head has shape {tuple(sampler_logp_head.shape)}, expected "
+                        f"{tuple(logp_head.shape)}")
+    bad = mask & torch.isnan(sampler_logp_head).any(-1)
+    if bad.any():
+        raise ScrlError(f"NaN in sampler_logp_head at {_first_bad(bad)}, a loss-carrying position: a "
+                        f"broken sampler row (validate_rollout refuses it); an empty head slot is −inf "
+                        f"or <= {EMPTY_LOGP:g}, never NaN")
+    if needs_head:
+        empty = mask & ~(sampler_logp_head > EMPTY_LOGP).any(-1)
+        if empty.any():
+            raise ScrlError(f"empty sampler head (no slot above {EMPTY_LOGP:g}) at "
+                            f"{_first_bad(empty)}, a loss-carrying position: the token cannot be "
+                            f"centered (did the engine return an empty top-k list?)")
+    return mask
+
+
+def _first_bad(bad: torch.Tensor) -> str:
+    """'sequence b, position t' of the first True in a (B, T) bool tensor."""
+    b, t = bad.nonzero()[0].tolist()[:2]
+    return f"sequence {b}, position {t}"
