@@ -1,5 +1,5 @@
 """scrl-min: score centering for RL with a mismatched (FP8) sampler. The method lives in `core.py`."""
-from .core import (ADVANTAGE_MODES, ARMS, DEFAULT_MODEL_PATH, FORMATS, KV_CACHES, LEVELS, PRECISIONS, PYTHON_NAMES,
+from .core import (centering_coefficients, centering_term, score_centered_pg_loss_options, ADVANTAGE_MODES, ARMS, DEFAULT_MODEL_PATH, FORMATS, KV_CACHES, LEVELS, PRECISIONS, PYTHON_NAMES,
                    WEIGHTINGS, FP8Linear, QuantLinear, Rollout, RolloutError, ScrlError, TorchSampler, TrainConfig,
                    VLLMSampler, Trainer, arm_config, compute_advantages, drift_and_signal, encode_prompt, eval_curve, config_id, distinct_names_reward,
                    fp8_kv_cache, gather_logprobs, importance_weight, lm_head_logprobs, load_policy,

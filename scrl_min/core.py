@@ -296,10 +296,12 @@ def importance_weight(log_ratio: torch.Tensor, weighting: str, tis_cap: float = 
                       mis_band: tuple = (0.5, 5.0)) -> torch.Tensor:
     """f(r) of the paper's head/tail coefficient table, from log r = log p − log q.
 
-    Any shape; float32 out, always finite.
+    log_ratio: any shape, any float dtype (NaN counts as r = e^-20). Returns the same shape, float32,
+    always finite: log r is clipped to ±MAX_LOG_RATIO before exp.
 
     none: 1 · is: r · tis: min(r, C) · mis: r·1[lo ≤ r ≤ hi] · icepop: 1[lo ≤ r ≤ hi]
-    ("icepop" keeps the *unit* weight inside the band; "mis" keeps r itself.) Raises ScrlError.
+    ("icepop" keeps the *unit* weight inside the band; "mis" keeps r itself.) Raises ScrlError for an
+    unknown weighting.
     """
     lr = log_ratio.float().clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
     lr = torch.where(torch.isnan(lr), torch.full_like(lr, -MAX_LOG_RATIO), lr)
@@ -323,8 +325,9 @@ def tail_alpha(rho: torch.Tensor, weighting: str, tis_cap: float = 2.0,
                mis_band: tuple = (0.5, 5.0)) -> torch.Tensor:
     """α = ρ · f(1/ρ): the tail's weighted mass per unit of trainer tail mass (same table).
 
-    rho: any shape, >= 0, finite. none: ρ · is: 1 · tis: min(1, Cρ) · mis: 1[1/hi ≤ ρ ≤ 1/lo]
-    · icepop: ρ · 1[1/hi ≤ ρ ≤ 1/lo]. Raises ScrlError for an unknown weighting.
+    rho: any shape, >= 0, finite; returns the same shape and dtype. none: ρ · is: 1 · tis: min(1, Cρ)
+    · mis: 1[1/hi ≤ ρ ≤ 1/lo] · icepop: ρ · 1[1/hi ≤ ρ ≤ 1/lo]. Raises ScrlError for an unknown
+    weighting.
     """
     lo, hi = mis_band
     band = ((rho >= 1.0 / hi) & (rho <= 1.0 / lo)).float()
@@ -341,17 +344,62 @@ def tail_alpha(rho: torch.Tensor, weighting: str, tis_cap: float = 2.0,
     raise ScrlError(f"unknown weighting {weighting!r}; choose one of {WEIGHTINGS}")
 
 
-def _first_bad(bad: torch.Tensor) -> str:
-    """'sequence b, position t' of the first True in a (B, T) bool tensor."""
-    b, t = bad.nonzero()[0].tolist()[:2]
-    return f"sequence {b}, position {t}"
+def centering_coefficients(logp_head, sampler_logp_head, mask, weighting: str = "none",
+                           tis_cap: float = 2.0, mis_band: tuple = (0.5, 5.0), tail_tol=None):
+    """The coefficients c_v of eq. SC on the sampler's head H, and ρ, from detached log-probs.
+
+    Args:
+      logp_head:         (B, T, k) trainer log-probs at the head ids (only their values are used)
+      sampler_logp_head: (B, T, k) sampler top-k log-probs; −inf or <= EMPTY_LOGP marks an empty slot
+      mask:              (B, T) bool, the loss-carrying tokens (c = 0 elsewhere)
+      weighting, tis_cap, mis_band: f of `importance_weight`
+      tail_tol:          a sampler tail 1 − Σ_H q at or below this is zero (ρ = 0). Default: the
+                         rounding of Σ_H q (`tail_rounding`); `math.inf` for an exact support
+    Returns:
+      (c (B, T, k) float32, 0 at empty slots and off the mask; diag: dict of (B, T) float32 tensors
+      rho ρ, rho_at_bound (1.0 where ρ's denominator was floored at RHO_EPS while the sampler tail
+      counts: ρ is then a bound, not an estimate), head_mass_q Σ_H q, head_mass_p Σ_H p).
+    Float32 whatever the input dtype; device follows the inputs. docs/method.md, "The top-k estimator".
+    """
+    zeros = torch.zeros_like(sampler_logp_head, dtype=torch.float32)  # (B, T, k)
+    valid = sampler_logp_head > EMPTY_LOGP  # v ∈ H: an empty slot (−inf, −9999) is outside it
+    use = valid & mask[..., None]  # coefficients only at loss-carrying tokens
+    lq = torch.where(valid, sampler_logp_head.float(), zeros)
+    # q_v and p_v, v ∈ H (`where`, never 0 · −inf)
+    q = torch.where(valid, lq.exp(), zeros)
+    lp = torch.where(valid, logp_head.detach().float(), zeros)
+    p = torch.where(valid, lp.exp(), zeros)
+    head_q, head_p = q.sum(-1), p.sum(-1)  # Σ_H q, Σ_H p (B, T)
+    # the sampler's tail counts as empty when 1 − Σ_H q is within rounding of 0 (k = V, all mass in H)
+    tol = tail_rounding(q, lq, sampler_logp_head.dtype) if tail_tol is None else tail_tol
+    no_tail = ((1.0 - head_q) <= tol) if tail_tol != math.inf else torch.ones_like(head_q, dtype=torch.bool)
+    # ρ = (1 − Σ_H q)_+ / max(1 − Σ_H p, ε)
+    rho = torch.where(no_tail, 0.0, (1.0 - head_q) / (1.0 - head_p).clamp(min=RHO_EPS))
+    # m_v = q_v f(p_v / q_v)
+    m = torch.where(use, q * importance_weight(lp - lq, weighting, tis_cap, mis_band), zeros)
+    # α = ρ f(1/ρ)
+    alpha = tail_alpha(rho, weighting, tis_cap, mis_band)
+    # c_v = m_v − α p_v
+    c = torch.where(use, m - alpha[..., None] * p, zeros)
+    rho_at_bound = (~no_tail & (1.0 - head_p < RHO_EPS)).float()
+    return c, dict(rho=rho, rho_at_bound=rho_at_bound, head_mass_q=head_q, head_mass_p=head_p)
+
+
+def tail_rounding(q: torch.Tensor, lq: torch.Tensor, sampler_dtype: torch.dtype):
+    """The rounding of the sampler's tail 1 − Σ_H q: a tail at or below it counts as zero, otherwise ρ
+    would be rounding noise over rounding noise. TAIL_TOL (float32 summation of Σ_H q) for float32
+    log-probs; log-probs coarser than float32 (bf16, float16) add their own rounding,
+    Σ_H q_v (e^{u |log q_v|} − 1) per token (u: unit roundoff of their dtype). q, lq: (B, T, k)
+    float32, 0 at empty slots. Returns a float or a (B, T) tensor. The trainer's dtype plays no part."""
+    u = torch.finfo(sampler_dtype).eps / 2
+    if u > torch.finfo(torch.float32).eps / 2:
+        return TAIL_TOL + (q * torch.expm1(u * lq.abs())).sum(-1)
+    return TAIL_TOL
 
 
 def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, advantages, mask, *,
                            weighting: str = "none", centering: bool = True, tis_cap: float = 2.0,
-                           mis_band: tuple = (0.5, 5.0), level: str = "token",
-                           exact_support: bool = False, old_logp=None, old_logp_head=None,
-                           ppo_clip: tuple = (0.2, 0.2), tail_tol: Optional[float] = None):
+                           mis_band: tuple = (0.5, 5.0), **options):
     """Per-token score-centered policy-gradient loss (eq. SC in the module docstring).
 
     Args:
@@ -360,217 +408,140 @@ def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, adv
       sampler_logp:      (B, T)    sampler log-probs of the sampled tokens
       sampler_logp_head: (B, T, k) sampler top-k log-probs, full-vocabulary normalized; -inf or
                                    <= -9000 marks an empty slot
-      advantages:        (B,) or (B, T), detached inside
+      advantages:        (B,) or (B, T), detached here: sg(A)
       mask:              (B, T) bool, True at generated tokens that carry loss
       weighting:         "none" | "is" | "tis" | "mis" | "icepop" (see `importance_weight`)
       centering:         subtract the centering term Σ_H c_v log p(v)
-      level:             "token": f(r) per token (the table) · "sequence" (GSPO-style): one weight
-                         f(s_i) per sequence, s_i = exp(mean_t log r_t) over its masked tokens, that
-                         multiplies the whole per-token score, centering included; the centering
-                         coefficients are then unweighted, c_v = q_v − ρ p_v
-      exact_support:     the sampler drew from H itself (top-k/top-p filtering, or a head holding all
-                         the mass): sampler_logp_head is normalized over H (Σ_H q = 1, checked), the
-                         trainer is renormalized over H, p̃_v = p_v / Σ_H p, and centering is exact
-                         over H (ρ = 0). The sampled token must be in H (`validate_rollout(...,
-                         exact_support=True)` checks it)
-      old_logp, old_logp_head: (B, T), (B, T, k) trainer log-probs when the rollout was taken (the
-                         proximal policy of PPO). Given together, they turn on PPO-style clipping:
-                         π = p/p_old per token (per sequence at level="sequence", as in GSPO), a
-                         token whose surrogate min(πA, clip(π, 1−ε_lo, 1+ε_hi)A) is on its clipped
-                         branch carries no gradient, and the others are scaled by π, centering
-                         included; the importance weights and the coefficients then use p_old
-                         (decoupled PPO). With old = current (π = 1) the loss equals the unclipped one.
-      ppo_clip:          (ε_lo, ε_hi) of the PPO clip, used only with old_logp
-      tail_tol:          a sampler tail 1 − Σ_H q at or below this is zero (ρ = 0); default: the
-                         rounding of the float32 sum Σ_H q, TAIL_TOL = 1e-5, whatever the trainer's
-                         dtype (a bf16 trainer keeps its tails); only sampler log-probs that arrive
-                         coarser than float32 add their own rounding, Σ_H q_v (e^{u |log q_v|} − 1)
-                         per token (u: unit roundoff of their dtype), so that rounding noise in a
-                         head that holds all the mass does not become a huge ρ
+      **options:         level="sequence" (GSPO-style weight), exact_support=True (top-k/top-p
+                         samplers), old_logp/old_logp_head/ppo_clip (PPO clipping), tail_tol: off the
+                         main path, see `score_centered_pg_loss_options` and docs/method.md
     Returns:
       (loss, diag): loss (B, T) float32, zero where mask is False, in score-function form
       −A · sg(weights) · log p (its gradient is the method's; its value is not a PPO surrogate); diag a
-      dict of detached (B, T) float32 tensors: weight (the total factor on the sampled token's score),
-      log_ratio log(p_y/q_y), rho ρ, rho_at_bound (1.0 where ρ hit its bound: the trainer tail
-      1 − Σ_H p floored at RHO_EPS while the sampler tail counts as non-zero), head_mass_q Σ_H q,
-      head_mass_p Σ_H p, and with old_logp also ppo_ratio π and clipped (1.0 where the clip removed
-      the token's gradient).
-    All coefficient arithmetic (head sums, ρ, α, c) is float32 whatever the input dtype; nothing
-    non-finite reaches the loss from -inf head slots or huge log-ratios. Raises ScrlError, naming the
+      dict of detached (B, T) float32 tensors: weight (the factor f(r_y) on the sampled token's score),
+      log_ratio log(p_y/q_y), and those of `centering_coefficients` (rho, rho_at_bound, head_mass_q,
+      head_mass_p), computed for every weighting so that the metrics log them for every arm.
+    All coefficient arithmetic is float32 whatever the input dtype; nothing non-finite reaches the loss
+    from -inf head slots or huge log-ratios; the device follows the inputs. Raises ScrlError, naming the
     sequence and position, on: a shape mismatch or a bad name; at a loss-carrying position, a
     non-finite sampler log-prob of the sampled token or a NaN in its sampler head (a broken row, not
-    an empty slot); with centering or exact_support, a sampler head with no valid slot (nothing to
-    center with); with exact_support, a head whose sampler mass is not 1.
+    an empty slot); with centering, a sampler head with no valid slot (nothing to center with).
     """
-    A, mask = _check_loss_inputs(logp, logp_head, sampler_logp, sampler_logp_head, advantages, mask,
-                                 old_logp, old_logp_head, weighting, level,
-                                 centering or exact_support)  # A (B, T), 0 off mask
-    old = old_logp is not None
-    zeros = torch.zeros(logp_head.shape, dtype=torch.float32)
-    # H, the sampler's head: an empty slot (−inf, −9999) is outside it (`where`, never 0·−inf)
-    valid = sampler_logp_head > EMPTY_LOGP  # (B, T, k)
-    use = valid & mask[..., None]  # coefficients only at loss-carrying tokens: nothing leaks
-    # log p(y_t) and log p(v), v ∈ H: the only tensors that carry gradient
-    lp_y, lp_cur = logp.float(), logp_head.float()  # (B, T), (B, T, k)
-    # sg(log p): the policy inside weights and coefficients (p_old when PPO clipping is on)
-    lp_ref_y = (old_logp if old else logp).detach().float()  # (B, T)
-    lp_ref = (old_logp_head if old else logp_head).detach().float()  # (B, T, k)
-    # q_v, v ∈ H
-    lq = torch.where(valid, sampler_logp_head.float(), zeros)
-    q = torch.where(valid, lq.exp(), zeros)  # (B, T, k)
-    head_q = q.sum(-1)  # Σ_H q, (B, T)
-    if exact_support:  # the sampler drew from H: p̃ = p / Σ_H p everywhere
-        lp_cur, lp_y, lp_ref, lp_ref_y = _renormalize_over_head(head_q, valid, mask, lp_cur, lp_y,
-                                                                 lp_ref, lp_ref_y)
-    lp = torch.where(valid, lp_ref, zeros)
-    # p_v, v ∈ H (detached)
-    p = torch.where(valid, lp.exp(), zeros)  # (B, T, k)
-    head_p = p.sum(-1)  # Σ_H p, (B, T)
-    # ρ = (1 − Σ_H q)_+ / max(1 − Σ_H p, ε)
-    rho, rho_at_bound = _tail_ratio(head_q, head_p, q, lq, exact_support, tail_tol,
-                                    sampler_logp_head.dtype)  # (B, T), (B, T)
-    # log r_y = log p(y_t) − log q(y_t), clipped to ±MAX_LOG_RATIO so exp stays finite
-    log_ratio = (lp_ref_y - sampler_logp.float()).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
-    log_ratio = torch.where(mask, log_ratio, 0.0)  # (B, T)
-    # w_y = f(r_y) per token; or, at level="sequence", outer = f(s_i) on the whole score and w_y = 1
-    w_y, outer, head_weighting = _token_or_sequence_weight(log_ratio, mask, weighting, level,
-                                                           tis_cap, mis_band)
-    if old:  # PPO: outer ← π · outer, or 0 where the clip flattens the surrogate (π = p / p_old)
-        outer, pi, clipped = _ppo_clip(outer, A, lp_y, lp_ref_y, mask, level, ppo_clip)
+    if options:
+        return score_centered_pg_loss_options(logp, logp_head, sampler_logp, sampler_logp_head, advantages,
+                                              mask, weighting=weighting, centering=centering,
+                                              tis_cap=tis_cap, mis_band=mis_band, **options)
+    mask = _check_loss_inputs(logp, logp_head, sampler_logp, sampler_logp_head, mask, weighting,
+                              needs_head=centering)
+    # sg(A_t), (B, T), 0 off the mask (masked positions carry nothing, not even NaN)
+    A = torch.where(mask, _per_token(advantages, *mask.shape).detach().float(), 0.0)
+    # log r_y = log p(y_t) − log q(y_t), detached, clipped to ±MAX_LOG_RATIO so exp stays finite
+    log_ratio = torch.where(mask, (logp.detach().float() - sampler_logp.float())
+                            .clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO), 0.0)  # (B, T)
+    # w_y = f(r_y)
+    w_y = importance_weight(log_ratio, weighting, tis_cap, mis_band)
+    # c_v, v ∈ H, and ρ
+    c, diag = centering_coefficients(logp_head, sampler_logp_head, mask, weighting, tis_cap, mis_band)
     # sg(w_y) · log p(y_t)
-    bracket = w_y * lp_y
+    bracket = w_y * logp.float()
     if centering:
-        # m_v = q_v f(p_v / q_v)
-        m = torch.where(use, q * importance_weight(lp - lq, head_weighting, tis_cap, mis_band), zeros)
-        # α = ρ f(1/ρ)
-        alpha = tail_alpha(rho, head_weighting, tis_cap, mis_band)  # (B, T)
-        # c_v = m_v − α p_v
-        c = torch.where(use, m - alpha[..., None] * p, zeros)  # (B, T, k)
         # − Σ_{v∈H} sg(c_v) log p(v)
-        bracket = bracket - (c * torch.where(use, lp_cur, zeros)).sum(-1)
-    # L_t = −sg(A_t) · sg(outer) · [ sg(w_y) log p(y_t) − Σ_H sg(c_v) log p(v) ]
-    loss = torch.where(mask, -A * outer * bracket, 0.0)
-    diag = dict(weight=(w_y * outer).detach(), log_ratio=log_ratio.detach(), rho=rho.detach(),
-                rho_at_bound=rho_at_bound, head_mass_q=head_q.detach(), head_mass_p=head_p.detach())
-    if old:
-        diag.update(ppo_ratio=pi.detach(), clipped=clipped.float())
-    return loss, diag
+        bracket = bracket - _head_sum(c, logp_head, sampler_logp_head, mask)
+    # ℓ_t = −sg(A_t) · [ sg(w_y) log p(y_t) − Σ_{v∈H} sg(c_v) log p(v) ]
+    loss = torch.where(mask, -A * bracket, 0.0)
+    return loss, dict(weight=w_y, log_ratio=log_ratio, **diag)
 
 
-# The loss's input checks and option plumbing, kept out of its way.
-def _check_loss_inputs(logp, logp_head, sampler_logp, sampler_logp_head, advantages, mask,
-                       old_logp, old_logp_head, weighting, level, needs_head):
+def centering_term(logp_head, sampler_logp_head, advantages, mask, *, weighting: str = "none",
+                   tis_cap: float = 2.0, mis_band: tuple = (0.5, 5.0)):
+    """The centering term of eq. SC alone: sg(A_t) · Σ_{v∈H} sg(c_v) · log p(v), per token.
+
+    A policy-gradient loss whose per-token term is −sg(A_t) · sg(f(r_y)) · log p(y_t) (TRL's, for one)
+    becomes score centering by adding this: ℓ_SC = ℓ_PG + centering_term (the same gradient as
+    `score_centered_pg_loss`; the values agree up to float round-off). Needs no log p(y_t).
+
+    Args: logp_head (B, T, k) trainer log-probs at the head ids (grad); sampler_logp_head (B, T, k);
+    advantages (B,) or (B, T); mask (B, T) bool; weighting, tis_cap, mis_band: the f of the policy term.
+    Returns (term (B, T) float32, 0 off the mask; diag of `centering_coefficients`). Raises ScrlError
+    on shapes, a NaN sampler head slot or an empty head at a loss-carrying position.
+    """
+    if mask.dim() != 2 or logp_head.dim() != 3 or logp_head.shape[:2] != mask.shape:
+        raise ScrlError(f"logp_head {tuple(logp_head.shape)} and mask {tuple(mask.shape)}: expected (B, T, k) "
+                        f"and (B, T)")
+    if weighting not in WEIGHTINGS:
+        raise ScrlError(f"unknown weighting {weighting!r}; choose one of {WEIGHTINGS}")
+    B, T = mask.shape
+    mask = _check_head(logp_head, sampler_logp_head, mask.bool(), needs_head=True)
+    A = torch.where(mask, _per_token(advantages, B, T).detach().float(), 0.0)
+    c, diag = centering_coefficients(logp_head, sampler_logp_head, mask, weighting, tis_cap, mis_band)
+    return torch.where(mask, A * _head_sum(c, logp_head, sampler_logp_head, mask), 0.0), diag
+
+
+def _head_sum(c, logp_head, sampler_logp_head, mask):
+    """Σ_{v∈H} c_v log p(v), (B, T): log p only at valid, loss-carrying slots (never 0 · −inf)."""
+    use = (sampler_logp_head > EMPTY_LOGP) & mask[..., None]
+    return (c * torch.where(use, logp_head.float(), torch.zeros_like(c))).sum(-1)
+
+
+def _per_token(advantages, B: int, T: int):
+    """Advantages (B,) or (B, T) as (B, T) (a view); raises ScrlError for another shape."""
+    A = advantages[:, None] if advantages.dim() == 1 and advantages.shape[0] == B else advantages
+    if not (A.dim() == 2 and A.shape[0] == B and A.shape[1] in (1, T)):
+        raise ScrlError(f"advantages has shape {tuple(advantages.shape)}, expected ({B},) or ({B}, {T})")
+    return A.expand(B, T)
+
+
+def _check_loss_inputs(logp, logp_head, sampler_logp, sampler_logp_head, mask, weighting, needs_head,
+                       extra=()):
     """Shapes, names, and the sampler's values at loss-carrying positions (a non-finite log q(y_t),
     a NaN head slot; with needs_head, a head with no valid slot): raises ScrlError naming the first.
-    Returns (A (B, T) float32, detached, 0 off the mask; mask (B, T) bool)."""
+    extra: more (name, tensor or None, expected shape) to check. Returns mask as (B, T) bool."""
     if logp.dim() != 2:
         raise ScrlError(f"logp has shape {tuple(logp.shape)}, expected (B, T)")
     B, T = logp.shape
     if logp_head.dim() != 3 or logp_head.shape[:2] != (B, T):
         raise ScrlError(f"logp_head has shape {tuple(logp_head.shape)}, expected ({B}, {T}, k)")
-    if (old_logp is None) != (old_logp_head is None):
-        raise ScrlError("old_logp and old_logp_head go together (PPO clipping needs both)")
     for name, x, shape in [("sampler_logp", sampler_logp, (B, T)),
                            ("sampler_logp_head", sampler_logp_head, logp_head.shape),
-                           ("mask", mask, (B, T)), ("old_logp", old_logp, (B, T)),
-                           ("old_logp_head", old_logp_head, logp_head.shape)]:
+                           ("mask", mask, (B, T)), *extra]:
         if x is not None and tuple(x.shape) != tuple(shape):
             raise ScrlError(f"{name} has shape {tuple(x.shape)}, expected {tuple(shape)}")
     if weighting not in WEIGHTINGS:
         raise ScrlError(f"unknown weighting {weighting!r}; choose one of {WEIGHTINGS}")
-    if level not in LEVELS:
-        raise ScrlError(f"unknown level {level!r}; choose one of {LEVELS}")
     mask = mask.bool()
-    _check_sampler_values(sampler_logp, sampler_logp_head, mask, needs_head)
-    A = advantages.detach().float()
-    if A.dim() == 1 and A.shape[0] == B:
-        A = A[:, None]
-    if not (A.dim() == 2 and A.shape[0] == B and A.shape[1] in (1, T)):
-        raise ScrlError(f"advantages has shape {tuple(advantages.shape)}, expected ({B},) or ({B}, {T})")
-    return torch.where(mask, A.expand(B, T), 0.0), mask  # masked positions carry nothing, not even NaN
-
-
-def _check_sampler_values(sampler_logp, sampler_logp_head, mask, needs_head):
-    """At loss-carrying positions: log q(y_t) finite, no NaN head slot, and (needs_head) at least one
-    valid head slot. Otherwise a broken row would become a weight (NaN → 1, or 2e-9 under IS) or an
-    uncentered token without a word. One masked pass over the head."""
-    bad_y = mask & ~torch.isfinite(sampler_logp)  # NaN, ±inf
-    bad_h = mask & torch.isnan(sampler_logp_head).any(-1)  # −inf / ≤ EMPTY_LOGP slots are legal
-    bad = bad_y | bad_h
+    bad = mask & ~torch.isfinite(sampler_logp)  # NaN, ±inf: a broken row would become a weight
     if bad.any():
         b, t = bad.nonzero()[0].tolist()
-        what = (f"sampler_logp = {sampler_logp[b, t].item()} (log q of the sampled token)" if bad_y[b, t]
-                else "NaN in sampler_logp_head")
-        raise ScrlError(f"{what} at {_first_bad(bad)}, a loss-carrying position: a broken sampler "
-                        f"row (validate_rollout refuses it); an empty head slot is −inf or <= "
-                        f"{EMPTY_LOGP:g}, never NaN")
+        raise ScrlError(f"sampler_logp = {sampler_logp[b, t].item()} (log q of the sampled token) at "
+                        f"{_first_bad(bad)}, a loss-carrying position: a broken sampler row "
+                        f"(validate_rollout refuses it)")
+    return _check_head(logp_head, sampler_logp_head, mask, needs_head)
+
+
+def _check_head(logp_head, sampler_logp_head, mask, needs_head):
+    """At loss-carrying positions: no NaN in the sampler head (−inf / <= EMPTY_LOGP slots are legal), and
+    with needs_head at least one valid slot (else the token cannot be centered). Returns mask."""
+    if tuple(sampler_logp_head.shape) != tuple(logp_head.shape):
+        raise ScrlError(f"sampler_logp_head has shape {tuple(sampler_logp_head.shape)}, expected "
+                        f"{tuple(logp_head.shape)}")
+    bad = mask & torch.isnan(sampler_logp_head).any(-1)
+    if bad.any():
+        raise ScrlError(f"NaN in sampler_logp_head at {_first_bad(bad)}, a loss-carrying position: a "
+                        f"broken sampler row (validate_rollout refuses it); an empty head slot is −inf "
+                        f"or <= {EMPTY_LOGP:g}, never NaN")
     if needs_head:
         empty = mask & ~(sampler_logp_head > EMPTY_LOGP).any(-1)
         if empty.any():
             raise ScrlError(f"empty sampler head (no slot above {EMPTY_LOGP:g}) at "
                             f"{_first_bad(empty)}, a loss-carrying position: the token cannot be "
                             f"centered (did the engine return an empty top-k list?)")
+    return mask
 
 
-def _renormalize_over_head(head_q, valid, mask, *log_probs):
-    """exact_support: check Σ_H q = 1, then log p̃ = log p − logsumexp_H log p for each pair
-    (head (B, T, k), sampled (B, T)) of trainer log-probs; rows with no valid slot get 0."""
-    bad = mask & ((head_q - 1.0).abs() > 1e-3)
-    if bad.any():
-        raise ScrlError(f"exact_support needs the sampler head to hold all the mass, but Σ_H q = "
-                        f"{head_q[bad][0].item():.4f} at {_first_bad(bad)}")
-    out = []
-    for lp_h, lp_s in zip(log_probs[0::2], log_probs[1::2]):
-        lse = torch.logsumexp(torch.where(valid, lp_h, -torch.inf), -1)  # (B, T)
-        lse = torch.where(torch.isfinite(lse), lse, 0.0)
-        out += [torch.where(valid, lp_h - lse[..., None], torch.zeros_like(lp_h)), lp_s - lse]
-    return out
-
-
-def _tail_ratio(head_q, head_p, q, lq, exact_support, tail_tol, sampler_dtype):
-    """(ρ (B, T), rho_at_bound (B, T) float). Float32 throughout: head_q, head_p are float32 sums
-    whatever the input dtype. A sampler tail within rounding of zero (k = V, exact support, or a head
-    with all the mass) is zero: otherwise ρ would be rounding noise over rounding noise. The rounding
-    is that of Σ_H q: float32 summation (TAIL_TOL), plus, for sampler log-probs coarser than float32,
-    their own rounding |δ log q_v| ≤ u |log q_v| (q, lq: (B, T, k) float32, 0 at empty slots). The
-    trainer's dtype plays no part. rho_at_bound marks ρ's denominator floored at RHO_EPS (a trainer
-    tail at or below rounding) while the sampler tail counts: ρ is then a bound, not an estimate."""
-    tail_q, tail_p = 1.0 - head_q, 1.0 - head_p
-    if tail_tol is None:
-        tail_tol = TAIL_TOL
-        u = torch.finfo(sampler_dtype).eps / 2  # unit roundoff of the sampler's log-probs
-        if u > torch.finfo(torch.float32).eps / 2:  # bf16, float16: |δ Σ_H q| ≤ Σ_H q_v (e^{u|log q_v|} − 1)
-            tail_tol = TAIL_TOL + (q * torch.expm1(u * lq.abs())).sum(-1)
-    zero = (tail_q <= tail_tol) | exact_support
-    rho = torch.where(zero, torch.zeros_like(tail_q), tail_q / tail_p.clamp(min=RHO_EPS))
-    return rho, (~zero & (tail_p < RHO_EPS)).float()
-
-
-def _token_or_sequence_weight(log_ratio, mask, weighting, level, tis_cap, mis_band):
-    """(w_y (B, T), outer (B, T), the weighting the head coefficients use). Token level: w_y = f(r_y),
-    outer = 1. Sequence level (GSPO-style): outer = f(s_i), s_i = exp(mean_t log r_t), w_y = 1, and
-    the head coefficients are unweighted (c_v = q_v − ρ p_v)."""
-    if level == "token":
-        w_y = importance_weight(log_ratio, weighting, tis_cap, mis_band)
-        return w_y, torch.ones_like(w_y), weighting
-    B, T = log_ratio.shape
-    seq_lr = log_ratio.sum(-1) / mask.sum(-1).clamp(min=1)  # (B,) mean log r over the sequence
-    outer = importance_weight(seq_lr, weighting, tis_cap, mis_band)[:, None].expand(B, T)
-    return torch.ones_like(outer), outer, "none"
-
-
-def _ppo_clip(outer, A, lp_y, lp_ref_y, mask, level, ppo_clip):
-    """Decoupled PPO clip: π = p / p_old per token (per sequence, GSPO, at level="sequence"). Where
-    min(πA, clip(π, 1−ε_lo, 1+ε_hi)A) takes its flat branch the token carries no gradient; elsewhere
-    outer is scaled by π. Returns (outer, π, clipped) as (B, T) tensors."""
-    B, T = lp_y.shape
-    log_pi = torch.where(mask, lp_y.detach() - lp_ref_y, 0.0).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
-    if level == "sequence":
-        log_pi = (log_pi.sum(-1) / mask.sum(-1).clamp(min=1))[:, None].expand(B, T)
-    pi = log_pi.exp()
-    lo, hi = ppo_clip
-    clipped = ((A > 0) & (pi > 1 + hi)) | ((A < 0) & (pi < 1 - lo))
-    return torch.where(clipped, 0.0, outer * pi), pi, clipped
+def _first_bad(bad: torch.Tensor) -> str:
+    """'sequence b, position t' of the first True in a (B, T) bool tensor."""
+    b, t = bad.nonzero()[0].tolist()[:2]
+    return f"sequence {b}, position {t}"
 
 
 def reduce_loss(per_token: torch.Tensor, mask: torch.Tensor, reduction: str = "token_mean",
@@ -676,7 +647,7 @@ def validate_rollout(ro: Rollout, vocab_size: int, exact_support: bool = False) 
     first(m & (valid & ((ro.head_ids < 0) | (ro.head_ids >= vocab_size))).any(-1),
           f"head id outside the vocabulary [0, {vocab_size})")
     first(m & (valid & (ro.head_logp > 1e-4)).any(-1), "positive log-prob in the sampler's head")
-    ids = torch.where(valid, ro.head_ids, -1 - torch.arange(ro.head_ids.shape[-1]))  # empties distinct
+    ids = torch.where(valid, ro.head_ids, -1 - torch.arange(ro.head_ids.shape[-1], device=ro.head_ids.device))  # empties distinct
     srt = ids.sort(-1).values
     first(m & (srt[..., 1:] == srt[..., :-1]).any(-1), "duplicated id in the sampler's head")
     # exactly min(k, V) valid entries: a shorter head would be centered as if it were the asked one
@@ -1280,6 +1251,120 @@ def main(argv=None) -> None:
 
 
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
+# Loss options, off the main path (docs/method.md, "Options of the loss")
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+def score_centered_pg_loss_options(logp, logp_head, sampler_logp, sampler_logp_head, advantages, mask, *,
+                                   weighting: str = "none", centering: bool = True, tis_cap: float = 2.0,
+                                   mis_band: tuple = (0.5, 5.0), level: str = "token",
+                                   exact_support: bool = False, old_logp=None, old_logp_head=None,
+                                   ppo_clip: tuple = (0.2, 0.2), tail_tol: Optional[float] = None):
+    """`score_centered_pg_loss` with its options (no notebook or trainer here uses them; TRL-style
+    trainers and other samplers do). Arguments and returns as there, plus:
+
+      level:          "token" (the table) · "sequence" (GSPO-style): one weight f(s_i) per sequence,
+                      s_i = exp(mean_t log r_t) over its masked tokens, that multiplies the whole
+                      per-token score, centering included; the centering coefficients are then
+                      unweighted, c_v = q_v − ρ p_v
+      exact_support:  the sampler drew from H itself (top-k/top-p filtering, or a head holding all the
+                      mass): sampler_logp_head is normalized over H (Σ_H q = 1, checked), the trainer is
+                      renormalized over H, p̃_v = p_v / Σ_H p, and centering is exact over H (ρ = 0). The
+                      sampled token must be in H (`validate_rollout(..., exact_support=True)` checks it)
+      old_logp, old_logp_head: (B, T), (B, T, k) trainer log-probs when the rollout was taken (PPO's
+                      proximal policy). Given together, they turn on PPO-style clipping: π = p/p_old per
+                      token (per sequence at level="sequence", as in GSPO), a token whose surrogate
+                      min(πA, clip(π, 1−ε_lo, 1+ε_hi)A) is on its clipped branch carries no gradient, and
+                      the others are scaled by π, centering included; the importance weights and the
+                      coefficients then use p_old (decoupled PPO). With old = current (π = 1) the loss
+                      equals the unclipped one
+      ppo_clip:       (ε_lo, ε_hi) of the PPO clip, used only with old_logp
+      tail_tol:       a sampler tail 1 − Σ_H q at or below this is zero (ρ = 0); default `tail_rounding`
+    diag adds, with old_logp, ppo_ratio π and clipped (1.0 where the clip removed the token's gradient);
+    its weight is then the total factor on the sampled token's score. Raises ScrlError as the main path,
+    and with exact_support on a head whose sampler mass is not 1 or has no valid slot.
+    """
+    if (old_logp is None) != (old_logp_head is None):
+        raise ScrlError("old_logp and old_logp_head go together (PPO clipping needs both)")
+    if level not in LEVELS:
+        raise ScrlError(f"unknown level {level!r}; choose one of {LEVELS}")
+    mask = _check_loss_inputs(logp, logp_head, sampler_logp, sampler_logp_head, mask, weighting,
+                              needs_head=centering or exact_support,
+                              extra=[("old_logp", old_logp, mask.shape),
+                                     ("old_logp_head", old_logp_head, logp_head.shape)])
+    A = torch.where(mask, _per_token(advantages, *mask.shape).detach().float(), 0.0)  # sg(A)
+    old = old_logp is not None
+    lp_y, lp_cur = logp.float(), logp_head.float()  # the tensors that carry gradient
+    # sg(log p): the policy inside weights and coefficients (p_old when PPO clipping is on)
+    lp_ref_y = (old_logp if old else logp).detach().float()  # (B, T)
+    lp_ref = (old_logp_head if old else logp_head).detach().float()  # (B, T, k)
+    if exact_support:  # the sampler drew from H: p̃ = p / Σ_H p everywhere, ρ = 0
+        lp_cur, lp_y, lp_ref, lp_ref_y = _renormalize_over_head(sampler_logp_head, mask, lp_cur, lp_y,
+                                                                 lp_ref, lp_ref_y)
+        tail_tol = math.inf
+    log_ratio = torch.where(mask, (lp_ref_y - sampler_logp.float()).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO),
+                            0.0)  # (B, T)
+    # w_y = f(r_y) per token; or, at level="sequence", outer = f(s_i) on the whole score and w_y = 1
+    w_y, outer, head_weighting = _token_or_sequence_weight(log_ratio, mask, weighting, level,
+                                                           tis_cap, mis_band)
+    if old:  # PPO: outer ← π · outer, or 0 where the clip flattens the surrogate (π = p / p_old)
+        outer, pi, clipped = _ppo_clip(outer, A, lp_y, lp_ref_y, mask, level, ppo_clip)
+    c, diag = centering_coefficients(lp_ref, sampler_logp_head, mask, head_weighting, tis_cap, mis_band,
+                                     tail_tol)
+    bracket = w_y * lp_y
+    if centering:
+        bracket = bracket - _head_sum(c, lp_cur, sampler_logp_head, mask)
+    # ℓ_t = −sg(A_t) · sg(outer) · [ sg(w_y) log p(y_t) − Σ_H sg(c_v) log p(v) ]
+    loss = torch.where(mask, -A * outer * bracket, 0.0)
+    diag = dict(weight=(w_y * outer).detach(), log_ratio=log_ratio, **diag)
+    if old:
+        diag.update(ppo_ratio=pi.detach(), clipped=clipped.float())
+    return loss, diag
+
+
+def _renormalize_over_head(sampler_logp_head, mask, *log_probs):
+    """exact_support: check Σ_H q = 1, then log p̃ = log p − logsumexp_H log p for each pair
+    (head (B, T, k), sampled (B, T)) of trainer log-probs; rows with no valid slot get 0."""
+    valid = sampler_logp_head > EMPTY_LOGP
+    head_q = torch.where(valid, sampler_logp_head.float().exp(), 0.0).sum(-1)
+    bad = mask & ((head_q - 1.0).abs() > 1e-3)
+    if bad.any():
+        raise ScrlError(f"exact_support needs the sampler head to hold all the mass, but Σ_H q = "
+                        f"{head_q[bad][0].item():.4f} at {_first_bad(bad)}")
+    out = []
+    for lp_h, lp_s in zip(log_probs[0::2], log_probs[1::2]):
+        lse = torch.logsumexp(torch.where(valid, lp_h, -torch.inf), -1)  # (B, T)
+        lse = torch.where(torch.isfinite(lse), lse, 0.0)
+        out += [torch.where(valid, lp_h - lse[..., None], torch.zeros_like(lp_h)), lp_s - lse]
+    return out
+
+
+def _token_or_sequence_weight(log_ratio, mask, weighting, level, tis_cap, mis_band):
+    """(w_y (B, T), outer (B, T), the weighting the head coefficients use). Token level: w_y = f(r_y),
+    outer = 1. Sequence level (GSPO-style): outer = f(s_i), s_i = exp(mean_t log r_t), w_y = 1, and
+    the head coefficients are unweighted (c_v = q_v − ρ p_v)."""
+    if level == "token":
+        w_y = importance_weight(log_ratio, weighting, tis_cap, mis_band)
+        return w_y, torch.ones_like(w_y), weighting
+    B, T = log_ratio.shape
+    seq_lr = log_ratio.sum(-1) / mask.sum(-1).clamp(min=1)  # (B,) mean log r over the sequence
+    outer = importance_weight(seq_lr, weighting, tis_cap, mis_band)[:, None].expand(B, T)
+    return torch.ones_like(outer), outer, "none"
+
+
+def _ppo_clip(outer, A, lp_y, lp_ref_y, mask, level, ppo_clip):
+    """Decoupled PPO clip: π = p / p_old per token (per sequence, GSPO, at level="sequence"). Where
+    min(πA, clip(π, 1−ε_lo, 1+ε_hi)A) takes its flat branch the token carries no gradient; elsewhere
+    outer is scaled by π. Returns (outer, π, clipped) as (B, T) tensors."""
+    B, T = lp_y.shape
+    log_pi = torch.where(mask, lp_y.detach() - lp_ref_y, 0.0).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
+    if level == "sequence":
+        log_pi = (log_pi.sum(-1) / mask.sum(-1).clamp(min=1))[:, None].expand(B, T)
+    pi = log_pi.exp()
+    lo, hi = ppo_clip
+    clipped = ((A > 0) & (pi > 1 + hi)) | ((A < 0) & (pi < 1 - lo))
+    return torch.where(clipped, 0.0, outer * pi), pi, clipped
+
+
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
 # █████████████████████████████████████████████████████████████████████████████████████████████████
 # ENGINE GLUE: the FP8 layer, the samplers and vLLM's log-probs turned into dense tensors.
 # Everything above is the method; everything below produces its inputs (a `Rollout`).
@@ -1627,8 +1712,9 @@ def _distinct_rows(ids: torch.Tensor, mask: torch.Tensor):
     first row of each distinct prompt; row_of (B,) long, the index into uniq of each row's prompt)."""
     key = ids.masked_fill(~mask, -1)  # padding never matches a real token
     _, row_of = torch.unique(key, dim=0, return_inverse=True)  # (B,) in 0..U-1, sorted order
-    uniq = torch.full((int(row_of.max()) + 1,), -1, dtype=torch.long)
-    uniq.scatter_reduce_(0, row_of, torch.arange(len(row_of)), reduce="amin", include_self=False)
+    uniq = torch.full((int(row_of.max()) + 1,), -1, dtype=torch.long, device=row_of.device)
+    uniq.scatter_reduce_(0, row_of, torch.arange(len(row_of), device=row_of.device), reduce="amin",
+                         include_self=False)
     return uniq, row_of
 
 
