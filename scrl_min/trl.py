@@ -5,8 +5,8 @@ The trainer keeps TRL's loss and adds the centering term of eq. SC (core.py) to 
     loss = TRL's loss  +  reduce_like_TRL( term ),     term_t = sg(A_t) · Σ_{v∈H} sg(c_v) · log p(v)
 
 TRL's loss carries the policy-gradient term −A_t · sg(w_t) · log p(y_t) (with TRL's importance weight w_t); `term`
-comes from `_centering_term` (the signature of `centering_term` in docs/method.md's top-k estimator: it needs no
-log p(y)), reduced like TRL's policy term for each `loss_type`. Together they have the gradient of
+comes from core's `centering_term` (docs/method.md's top-k estimator; it needs no log p(y)), reduced like TRL's policy
+term for each `loss_type`. Together they have the gradient of
 `score_centered_pg_loss` (tests/test_trl.py, tests/test_trl_vllm.py). The trainer's log-probs at the head ids come
 from one extra LM-head pass over the completion's hidden states at k ids per token (TRL's fused head returns only
 log p(y_t) and the entropy); log p(y_t) for the mismatch metric is TRL's own, read from its forward.
@@ -77,9 +77,9 @@ warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions"
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from trl.extras.profiling import profiling_context  # noqa: E402
 
-from .core import (DEFAULT_MODEL_PATH, EMPTY_LOGP, PROBE_TEXT, PROBE_TOL, Rollout, RolloutError,  # noqa: E402
-                   ScrlError, TorchSampler, _tail_ratio, distinct_names_reward, importance_weight,
-                   lm_head_logprobs, load_policy, make_task_dataset, reduce_loss, tail_alpha, validate_rollout)
+from .core import (DEFAULT_MODEL_PATH, PROBE_TEXT, PROBE_TOL, Rollout, RolloutError, ScrlError,  # noqa: E402
+                   TorchSampler, centering_term, distinct_names_reward, lm_head_logprobs, load_policy,
+                   make_task_dataset, reduce_loss, validate_rollout)
 
 # TRL's PPO-clip loss family: with one optimizer step per generation its policy-gradient term per token is
 # −A_t · w_t · ∇log p(y_t), the first part of eq. SC (cispo, sapo, vespo weight the score otherwise).
@@ -449,8 +449,8 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
 
     def _centering(self, hidden, inputs):
         """(the reduced centering term, its diag) from the backbone's last hidden states (B, P + T, H) and the batch:
-        log p at the head ids from the LM head (row P − 1 + t scores completion token t), `_centering_term` with the
-        weighting of TRL's IS options, TRL's sequence ratio where it has one, TRL's reduction."""
+        log p at the head ids from the LM head (row P − 1 + t scores completion token t), core's `centering_term`
+        with the weighting of TRL's IS options, TRL's sequence ratio where it has one, TRL's reduction."""
         P, T = inputs["prompt_ids"].shape[1], inputs["completion_ids"].shape[1]
         mask = inputs["completion_mask"].bool()
         weight = self.accelerator.unwrap_model(self.model).get_output_embeddings().weight  # (V, H)
@@ -464,7 +464,7 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
             logp_head = lm_head_logprobs(h, weight, inputs["sampler_head_ids"], self.temperature)  # (B, T, k)
         kw, sequence_level = self._is_setting()
         # sg(A_t) · Σ_{v∈H} sg(c_v) · log p(v), (B, T)
-        term, diag = _centering_term(logp_head, inputs["sampler_head_logp"], inputs["advantages"], mask, **kw)
+        term, diag = centering_term(logp_head, inputs["sampler_head_logp"], inputs["advantages"], mask, **kw)
         if sequence_level:  # TRL's sequence ratio (B, 1) multiplies its whole per-token loss: centering too
             term = term * inputs["importance_sampling_ratio"]
         return self._reduce_like_trl(term, mask, inputs), diag
@@ -500,63 +500,6 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
             self._metrics[mode][name].append((s[0] / s[1].clamp(min=1.0)).item())
         self._metrics[mode]["score_centering/loss"].append(
             self.accelerator.reduce(term.detach(), reduction="mean").item())
-
-
-# --- the centering term alone ---------------------------------------------------------------------------------------
-def _centering_term(logp_head, sampler_logp_head, advantages, mask, *, weighting: str = "none", tis_cap: float = 2.0,
-                    mis_band: tuple = (0.5, 5.0)):
-    """The centering part of eq. SC per token: term_t = sg(A_t) · Σ_{v∈H} sg(c_v) · log p(v) at mask positions.
-
-    A private stand-in, with its exact signature, for `scrl_min.centering_term` (announced for core.py; not there
-    yet): the SC per-token loss is −sg(A_t) · sg(w_y) · log p(y_t) + term_t, so a trainer whose own loss already has
-    the first part adds `term` (reduced as its loss) and nothing else. No log p(y_t) is needed:
-
-        c_v = m_v − α p_v,   m_v = q_v f(p_v / q_v),   α = ρ f(1/ρ),   ρ = (1 − Σ_H q)_+ / max(1 − Σ_H p, ε)
-
-    Args:
-      logp_head:         (B, T, k) trainer log-probs at the sampler's head ids (grad)
-      sampler_logp_head: (B, T, k) sampler top-k log-probs, full-vocabulary normalized; −inf or ≤ −9000 (EMPTY_LOGP)
-                         marks an empty slot
-      advantages:        (B,) or (B, T), detached inside
-      mask:              (B, T) bool, True at tokens that carry loss
-      weighting, tis_cap, mis_band: f of docs/method.md's table ("none", "is", "tis", "mis", "icepop")
-    Returns:
-      (term (B, T) float32, 0 off mask, gradient only through logp_head; diag: detached (B, T) float32 tensors rho,
-      rho_at_bound, head_mass_q Σ_H q, head_mass_p Σ_H p). Every tensor follows the inputs' device; all coefficient
-      arithmetic is float32. Raises ScrlError on mismatched shapes, and, naming the sequence and position, on a NaN in
-      the sampler head or an empty head at a loss-carrying position.
-    """
-    B, T, k = logp_head.shape
-    if sampler_logp_head.shape != (B, T, k) or mask.shape != (B, T):
-        raise ScrlError(f"logp_head {tuple(logp_head.shape)}, sampler_logp_head {tuple(sampler_logp_head.shape)}, "
-                        f"mask {tuple(mask.shape)}: expected (B, T, k), (B, T, k), (B, T)")
-    mask = mask.bool()
-    A = advantages.detach().float()
-    A = (A[:, None] if A.dim() == 1 else A).expand(B, T)  # (B, T)
-    valid = sampler_logp_head > EMPTY_LOGP  # (B, T, k): H, an empty slot is outside it
-    for bad, what in ((mask & torch.isnan(sampler_logp_head).any(-1), "NaN in the sampler head"),
-                      (mask & ~valid.any(-1), "empty sampler head (no valid slot)")):
-        if bad.any():
-            b, t = bad.nonzero()[0].tolist()
-            raise ScrlError(f"{what} at sequence {b}, position {t}, a loss-carrying position")
-    use = valid & mask[..., None]  # coefficients only at loss-carrying tokens
-    # q_v, p_v, v ∈ H (float32, detached; `where`, never 0 · −inf)
-    lq = torch.where(valid, sampler_logp_head.float(), 0.0)
-    q = torch.where(valid, lq.exp(), 0.0)  # (B, T, k)
-    lp = torch.where(valid, logp_head.detach().float(), 0.0)
-    p = torch.where(valid, lp.exp(), 0.0)  # (B, T, k)
-    head_q, head_p = q.sum(-1), p.sum(-1)  # Σ_H q, Σ_H p, (B, T)
-    # ρ = (1 − Σ_H q)_+ / max(1 − Σ_H p, ε)
-    rho, rho_at_bound = _tail_ratio(head_q, head_p, q, lq, False, None, sampler_logp_head.dtype)
-    # m_v = q_v f(p_v / q_v)
-    m = torch.where(use, q * importance_weight(lp - lq, weighting, tis_cap, mis_band), 0.0)
-    # α = ρ f(1/ρ)
-    alpha = tail_alpha(rho, weighting, tis_cap, mis_band)  # (B, T)
-    # c_v = m_v − α p_v
-    c = torch.where(use, m - alpha[..., None] * p, 0.0)  # (B, T, k)
-    # sg(A_t) · Σ_{v∈H} sg(c_v) · log p(v)
-    term = torch.where(mask, A * (c * torch.where(use, logp_head.float(), 0.0)).sum(-1), 0.0)
-    return term, dict(rho=rho.detach(), rho_at_bound=rho_at_bound, head_mass_q=head_q, head_mass_p=head_p)
 
 
 # --- TRL's vLLM generation output → the dense head tensors ------------------------------------------------------
@@ -650,7 +593,8 @@ def async_grpo_centering_term(logp_head, sampler_head_logp, advantages, *, epsil
     r = exp(log p(y) − old_log_probs), per-token loss −min(r A, clip(r, 1 − ε_lo, 1 + ε_hi) A). Its gradient is
     −A · f(r) · ∇log p(y) with f(r) = r · 1[the clip is not active]: masked IS (MIS) whose band depends on the sign of
     the advantage, [0, 1 + ε_hi] where A > 0 and [1 − ε_lo, ∞) where A < 0. The matching centering term (eq. SC,
-    docs/method.md "The top-k estimator", with that f; v ∈ H, the sampler's top-k head), `_centering_term` per sign:
+    docs/method.md "The top-k estimator", with that f; v ∈ H, the sampler's top-k head), core's `centering_term` per
+    sign of A:
 
         ℓ_m = sg(A_m) · Σ_{v∈H} sg(c_v) · log p(v),   c_v = p_v · 1[r_v ∈ band(A_m)] − α p_v,
         α = 1[1/ρ ∈ band(A_m)],   ρ = (1 − Σ_H q)_+ / max(1 − Σ_H p, ε)
@@ -666,7 +610,7 @@ def async_grpo_centering_term(logp_head, sampler_head_logp, advantages, *, epsil
       advantages:        (M,)   per-token advantages
     Returns:
       (term (M,) float32 with the gradient above, on the inputs' device; diag: dict of detached (M,) tensors rho,
-      rho_at_bound, head_mass_q, head_mass_p). Raises ScrlError (from `_centering_term`) on shapes, a NaN sampler
+      rho_at_bound, head_mass_q, head_mass_p). Raises ScrlError (from `centering_term`) on shapes, a NaN sampler
       log-prob, an empty head.
     """
     M = logp_head.shape[0]
@@ -674,7 +618,7 @@ def async_grpo_centering_term(logp_head, sampler_head_logp, advantages, *, epsil
     lp_h, lq_h = logp_head.reshape(1, M, -1), sampler_head_logp.reshape(1, M, -1)  # (1, M, k)
     term, diag = None, {}
     for where, band in ((A > 0, (1e-30, 1.0 + epsilon_high)), (A < 0, (1.0 - epsilon_low, math.inf))):
-        t, d = _centering_term(lp_h, lq_h, A, where, weighting="mis", mis_band=band)  # 0 off `where`
+        t, d = centering_term(lp_h, lq_h, A, where, weighting="mis", mis_band=band)  # 0 off `where`
         term = t if term is None else term + t
         diag = {key: torch.where(where, v, diag.get(key, torch.zeros_like(v))) for key, v in d.items()}
     return term[0], {key: v[0] for key, v in diag.items()}

@@ -307,9 +307,10 @@ def _spoil(inputs, fault):
         x["sampler_head_logp"][b, t, -1] = -torch.inf
         says = "short sampler head: k=128 asked, 127 valid, the rest empty"
     elif fault == "narrow_head":  # the whole head one column short of k: named at its first generated position
-        x["sampler_head_ids"], x["sampler_head_logp"] = x["sampler_head_ids"][..., :-1], x["sampler_head_logp"][..., :-1]
+        x["sampler_head_ids"] = x["sampler_head_ids"][..., :-1]
+        x["sampler_head_logp"] = x["sampler_head_logp"][..., :-1]
         b, t = x["completion_mask"].bool().nonzero()[0].tolist()
-        says = "short sampler head: k=128 asked, 127 valid, the rest empty (the engine capped or padded its log-probs"
+        says = "short sampler head: k=128 asked, 127 valid, the rest empty (the engine capped or padded"
     elif fault == "sampled_logp_off_head":  # log q(y_t) disagrees with the head's entry for the same id
         b, t = ((x["sampler_head_ids"] == x["completion_ids"][..., None]).any(-1)
                 & x["completion_mask"].bool()).nonzero()[0].tolist()
@@ -338,25 +339,21 @@ def test_every_batch_reaching_the_loss_passes_the_rollout_contract(sc_batch, fau
 
 
 def test_centering_follows_its_inputs_device(sc_batch):
-    """Inputs on the CPU while the default device is `meta`: an allocation in the centering code that does not follow
-    its inputs (torch.zeros(...) without device=) lands on meta and meets a CPU tensor, an error. The trainer's
-    centering part (LM head at the head ids, the term, TRL's reduction) and the async hook must give the same
-    numbers as with CPU as the default device."""
+    """Inputs on the CPU while the default device is `meta`: an allocation that does not follow its inputs
+    (torch.zeros(...) without device=) lands on meta and meets a CPU tensor, an error (as a CPU allocation would on a
+    GPU). The trainer's whole loss (the contract check, TRL's forward, the LM head at the head ids, the centering term,
+    TRL's reduction) and the async hook must give the numbers they give with the CPU as the default device."""
     from scrl_min.trl import async_grpo_centering_term
 
     tr, inputs = sc_batch
-    x = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
-    with torch.no_grad():
-        hidden = tr.model.base_model(input_ids=x, attention_mask=torch.cat(
-            [inputs["prompt_mask"], inputs["completion_mask"]], 1)).last_hidden_state
     g = torch.Generator().manual_seed(0)
     lsm = torch.log_softmax(torch.randn(12, 40, generator=g), -1)  # (M, V)
     top = torch.log_softmax(lsm + 0.3 * torch.randn(12, 40, generator=g), -1).topk(6)  # the sampler's head
     hook_args = (lsm.gather(-1, top.indices), top.values, torch.randn(12, generator=g))
-    want = tr._centering(hidden, inputs), async_grpo_centering_term(*hook_args)
+    want = tr.compute_loss(tr.model, inputs), async_grpo_centering_term(*hook_args)
     with torch.device("meta"):
-        got = tr._centering(hidden, inputs), async_grpo_centering_term(*hook_args)
-    for (term, diag), (term0, diag0) in zip(got, want):
-        assert term.device.type == "cpu" and torch.equal(term, term0)
-        assert all(torch.equal(diag[k], diag0[k]) for k in diag0)
-    assert want[1][0].abs().sum() > 0  # the hook's term is not trivially zero here
+        got = tr.compute_loss(tr.model, inputs), async_grpo_centering_term(*hook_args)
+    assert got[0].device.type == "cpu" and torch.equal(got[0], want[0])
+    (term, diag), (term0, diag0) = got[1], want[1]
+    assert term.device.type == "cpu" and torch.equal(term, term0) and term0.abs().sum() > 0
+    assert all(torch.equal(diag[k], diag0[k]) for k in diag0)
