@@ -230,7 +230,12 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
         model = self.accelerator.unwrap_model(self.model)
         self.k = min(a.score_centering_top_k, model.config.vocab_size)  # the head size, per generated token
         if a.use_vllm:  # TRL's engine, asked for k log-probs; every sync verified
-            self.vllm_generation.logprobs = self.k
+            vg = self.vllm_generation
+            vg.logprobs = self.k
+            if vg.mode == "colocate" and "stop" not in vg.generation_kwargs:
+                # TRL reads token ids only; detokenized, each of the k + 1 log-prob entries per token is decoded on
+                # its own (2× the generation time at k = 128 here: scripts/bench_trl_vllm.py)
+                vg.generation_kwargs.setdefault("detokenize", False)
             self._check_engine()
             self._probe_ids = self._tokenizer(PROBE_TEXT)["input_ids"]
             self.last_sync = {}
