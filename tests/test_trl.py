@@ -52,6 +52,14 @@ def test_trl_trainer_two_steps_on_cpu(tmp_path):
     (dict(loss_type="sapo"), "loss_type='sapo'"),
     (dict(num_iterations=2), "num_iterations > 1"),
     (dict(vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_min=0.5), "clip_min=0.5"),
+    (dict(repetition_penalty=1.1), "repetition_penalty != 1"),
+    (dict(generation_kwargs={"logprobs": 5, "seed": 1}), "generation_kwargs ['logprobs']"),
+    # vLLM options: refused before TRL's __init__ builds an engine
+    (dict(use_vllm=True, vllm_enable_sleep_mode=True), "vllm_enable_sleep_mode"),
+    (dict(use_vllm=True, vllm_mode="server", vllm_engine_kwargs={"enforce_eager": True}),
+     "vllm_engine_kwargs without use_vllm=True, vllm_mode='colocate'"),
+    (dict(use_vllm=True, vllm_engine_kwargs={"max_logprobs": 20}), "max_logprobs=20 caps the engine below "
+                                                                   "score_centering_top_k=128"),
 ])
 def test_trl_trainer_refuses_what_centering_does_not_compose_with(tmp_path, cfg, says):
     with pytest.raises(scrl_min.ScrlError, match=re.escape(says)):
