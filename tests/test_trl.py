@@ -52,6 +52,14 @@ def test_trl_trainer_two_steps_on_cpu(tmp_path):
     (dict(loss_type="sapo"), "loss_type='sapo'"),
     (dict(num_iterations=2), "num_iterations > 1"),
     (dict(vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_min=0.5), "clip_min=0.5"),
+    (dict(repetition_penalty=1.1), "repetition_penalty != 1"),
+    (dict(generation_kwargs={"logprobs": 5, "seed": 1}), "generation_kwargs ['logprobs']"),
+    # vLLM options: refused before TRL's __init__ builds an engine
+    (dict(use_vllm=True, vllm_enable_sleep_mode=True), "vllm_enable_sleep_mode"),
+    (dict(use_vllm=True, vllm_mode="server", vllm_engine_kwargs={"enforce_eager": True}),
+     "vllm_engine_kwargs without use_vllm=True, vllm_mode='colocate'"),
+    (dict(use_vllm=True, vllm_engine_kwargs={"max_logprobs": 20}), "max_logprobs=20 caps the engine below "
+                                                                   "score_centering_top_k=128"),
 ])
 def test_trl_trainer_refuses_what_centering_does_not_compose_with(tmp_path, cfg, says):
     with pytest.raises(scrl_min.ScrlError, match=re.escape(says)):
@@ -284,3 +292,76 @@ def test_trl_vllm_head_refuses_broken_rows(spoil, says):
     spoil(lps, ids)
     with pytest.raises(scrl_min.RolloutError, match=re.escape(says)):
         trl_vllm_head(comp, lps, ids, k=5)
+
+
+# --- the rollout contract on every batch that reaches the loss ----------------------------------------------------
+@pytest.fixture(scope="module")
+def sc_batch(tmp_path_factory):
+    """One TorchSampler trainer and one batch of 4 prompts × a group of 2, k = 128 (faults are applied to copies)."""
+    tr = make_trainer(tmp_path_factory.mktemp("contract"), reward=char_variety)
+    tr.model.train()
+    tr.current_gradient_accumulation_steps = 1
+    return tr, tr._generate_and_score_completions([tr.train_dataset[i] for i in range(4) for _ in range(2)])
+
+
+def _spoil(inputs, fault):
+    """A copy of the batch with one fault at a generated position; returns (batch, texts the error must contain)."""
+    x = {k: v.clone() if torch.is_tensor(v) else v for k, v in inputs.items()}
+    b, t = x["completion_mask"].bool().nonzero()[5].tolist()  # a loss-carrying position
+    if fault == "repeated_id":
+        x["sampler_head_ids"][b, t, 7] = x["sampler_head_ids"][b, t, 2]
+        says = "duplicated id in the sampler's head"
+    elif fault == "short_head":  # one slot empty: 127 valid entries where 128 were asked
+        x["sampler_head_logp"][b, t, -1] = -torch.inf
+        says = "short sampler head: k=128 asked, 127 valid, the rest empty"
+    elif fault == "narrow_head":  # the whole head one column short of k: named at its first generated position
+        x["sampler_head_ids"] = x["sampler_head_ids"][..., :-1]
+        x["sampler_head_logp"] = x["sampler_head_logp"][..., :-1]
+        b, t = x["completion_mask"].bool().nonzero()[0].tolist()
+        says = "short sampler head: k=128 asked, 127 valid, the rest empty (the engine capped or padded"
+    elif fault == "sampled_logp_off_head":  # log q(y_t) disagrees with the head's entry for the same id
+        b, t = ((x["sampler_head_ids"] == x["completion_ids"][..., None]).any(-1)
+                & x["completion_mask"].bool()).nonzero()[0].tolist()
+        x["sampling_per_token_logps"][b, t] -= 0.05
+        says = "differs from its head entry's"
+    elif fault == "nan_head":
+        x["sampler_head_logp"][b, t, 3] = torch.nan
+        says = "NaN in the sampler's top-k log-probs"
+    elif fault == "no_head":
+        del x["sampler_head_ids"], x["sampler_head_logp"]
+        return x, ["batch without ['sampler_head_ids', 'sampler_head_logp']"]
+    return x, [says, f"at sequence {b}, completion position {t}"]
+
+
+@pytest.mark.parametrize("fault", ["repeated_id", "short_head", "narrow_head", "sampled_logp_off_head", "nan_head",
+                                   "no_head"])
+def test_every_batch_reaching_the_loss_passes_the_rollout_contract(sc_batch, fault):
+    """The trainer checks the batch itself (check_batch), whatever produced it: a broken batch handed to compute_loss
+    (a custom backend, a collator, a bug) is refused naming the sequence and position, not trained on."""
+    tr, inputs = sc_batch
+    assert torch.isfinite(tr.compute_loss(tr.model, inputs))  # the sampler's own batch passes
+    bad, says = _spoil(inputs, fault)
+    with pytest.raises(scrl_min.RolloutError) as e:
+        tr.compute_loss(tr.model, bad)
+    assert all(s in str(e.value) for s in says), (says, str(e.value))
+
+
+def test_centering_follows_its_inputs_device(sc_batch):
+    """Inputs on the CPU while the default device is `meta`: an allocation that does not follow its inputs
+    (torch.zeros(...) without device=) lands on meta and meets a CPU tensor, an error (as a CPU allocation would on a
+    GPU). The trainer's whole loss (the contract check, TRL's forward, the LM head at the head ids, the centering term,
+    TRL's reduction) and the async hook must give the numbers they give with the CPU as the default device."""
+    from scrl_min.trl import async_grpo_centering_term
+
+    tr, inputs = sc_batch
+    g = torch.Generator().manual_seed(0)
+    lsm = torch.log_softmax(torch.randn(12, 40, generator=g), -1)  # (M, V)
+    top = torch.log_softmax(lsm + 0.3 * torch.randn(12, 40, generator=g), -1).topk(6)  # the sampler's head
+    hook_args = (lsm.gather(-1, top.indices), top.values, torch.randn(12, generator=g))
+    want = tr.compute_loss(tr.model, inputs), async_grpo_centering_term(*hook_args)
+    with torch.device("meta"):
+        got = tr.compute_loss(tr.model, inputs), async_grpo_centering_term(*hook_args)
+    assert got[0].device.type == "cpu" and torch.equal(got[0], want[0])
+    (term, diag), (term0, diag0) = got[1], want[1]
+    assert term.device.type == "cpu" and torch.equal(term, term0) and term0.abs().sum() > 0
+    assert all(torch.equal(diag[k], diag0[k]) for k in diag0)

@@ -83,10 +83,8 @@ def hook_term(E, P, row, batch):
     sel = batch["token_index"] >= 0
     pos = batch["token_index"][sel]  # (M,) packed position whose prediction is each trained token
     lsm = torch.log_softmax(E[batch["input_ids"][0, pos]] + P[batch["position_ids"][0, pos]], -1)  # (M, V)
-    y = batch["shift_labels"][0, pos]
     head_ids, head_lq = pack_sampler_heads(row)
-    term, diag = async_grpo_centering_term(lsm.gather(-1, y[:, None])[:, 0], lsm.gather(-1, head_ids),
-                                           batch["old_log_probs"][sel], head_lq, batch["advantages"][sel],
+    term, diag = async_grpo_centering_term(lsm.gather(-1, head_ids), head_lq, batch["advantages"][sel],
                                            epsilon_low=EPS_LOW, epsilon_high=EPS_HIGH)
     return term.sum() / batch["global_n_tokens"][0], diag  # TRL's normalization: tokens per process, one process
 
