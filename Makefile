@@ -1,6 +1,6 @@
 # make reproduce   set up .venv, run notebooks 01-05 headlessly (full size), write figures/ and the
 #                  committed notebook outputs (the only command that writes them)
-# make reproduce-full  notebooks 06-09 (regime map, staleness, readers' questions, signed rewards), about 3 hours; resumable
+# make reproduce-full  notebooks 06-10 (regime map, staleness, readers' questions, signed rewards, gradient-level test): 06-09 about 3 hours, 10 up to 45 min; resumable
 # make test        set up .venv, run the tests: unit tests, nbval on notebook 01 (outputs compared),
 #                  the pair-sync check, papermill smoke runs of every notebook with the CI parameters
 # make lab         set up .venv, register the scrl-min kernel, start JupyterLab on notebooks/
@@ -16,7 +16,7 @@ export TRANSFORMERS_VERBOSITY ?= error
 
 NBVAL  := notebooks/01_signal_and_drift.ipynb  # fast and deterministic at full size: outputs compared
 REPRODUCE_NB := $(sort $(wildcard notebooks/0[1-5]_*.ipynb))  # make reproduce: within 30 minutes
-FULL_NB      := $(sort $(wildcard notebooks/0[6-9]_*.ipynb))  # make reproduce-full: the sweeps, within 4 hours
+FULL_NB      := $(sort $(wildcard notebooks/0[6-9]_*.ipynb notebooks/1[0-9]_*.ipynb))  # make reproduce-full: the sweeps and the gradient-level test, within 4 hours
 
 .PHONY: setup reproduce reproduce-full test lab kernel sync model clean
 
