@@ -366,8 +366,9 @@ for j, d in enumerate(prefixes):
 # **Statement.** The on-policy update at a prefix is $g^* = \mathbb{E}_p[A\, s] = \mathrm{Cov}_p(A, s)$
 # (the expected score under $p$ is zero). Exact token IS, $w = p/q$, is unbiased for it at every
 # prefix: $\mathbb{E}_q[(p_y/q_y) A_y s_y] = \sum_y p_y A_y s_y = g^*$. SC is not:
-# $\mathrm{Cov}_q(A, s) - \mathrm{Cov}_p(A, s) \ne 0$ whenever $q \ne p$ (it weights the covariance
-# with the sampler's probabilities). TIS and MIS are unbiased only where no ratio is truncated or
+# its bias $\mathrm{Cov}_q(A, s) - \mathrm{Cov}_p(A, s) = \sum_v [q_v (A_v - \bar A_q) - p_v (A_v - \bar A_p)]\, s_v$
+# is in general non-zero when $q \ne p$ (it weights the covariance with the sampler's probabilities;
+# it vanishes for a constant $A$). TIS and MIS are unbiased only where no ratio is truncated or
 # masked. With exact IS the centering term vanishes, $c_v = p_v - 1 \cdot p_v = 0$: SC + IS **is** IS,
 # sample by sample (checked by reading $c$ off `scrl_min` by autograd).
 #
