@@ -101,23 +101,19 @@ import math
 import os
 from pathlib import Path
 import platform
-import sys
 import time
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from tqdm.std import tqdm
 
 import scrl_min
-from scrl_min import (DEFAULT_MODEL_PATH, PYTHON_NAMES, TorchSampler, Trainer, arm_config, compute_advantages,
-                      drift_and_signal, load_policy, mean_ci95, reduce_loss, score_centered_pg_loss,
-                      trainer_logprobs, with_run_dir)
+from scrl_min import (DEFAULT_MODEL_PATH, PYTHON_NAMES, REPO_ROOT, RHO_EPS, TAIL_TOL, TorchSampler, Trainer,
+                      arm_config, compute_advantages, drift_and_signal, load_policy, mean_ci95, progress_bar,
+                      reduce_loss, score_centered_pg_loss, trainer_logprobs, with_run_dir)
 
 t_start = time.perf_counter()
-REPO_ROOT = Path(scrl_min.__file__).resolve().parent.parent  # the repository this scrl_min lives in
 DT = torch.float64  # part A: every exact quantity in float64
-TAIL_TOL, RHO_EPS = 1e-5, 1e-6  # scrl_min's rules (docs/method.md): a sampler tail ≤ 1e-5 is zero; ρ's denominator ≥ 1e-6
 model_path = str(DEFAULT_MODEL_PATH) if model == "default" else model
 assert len(severity_formats) == len(severity_kv_caches) == len(severity_noise), "one entry per sampler in each list"
 assert all(f in scrl_min.PRECISIONS for f in severity_formats + [exact_format]), scrl_min.PRECISIONS
@@ -872,13 +868,8 @@ def gram(sums_e, ref, chunk=1 << 16):
     return K
 
 
-def tqdm_bar(**kw):
-    # a text bar: in a Jupyter kernel on stdout (kept as text in the saved notebook), else on stderr
-    return tqdm(file=sys.stdout if "ipykernel" in sys.modules else sys.stderr, ncols=100, mininterval=30, **kw)
-
-
 raw = {}  # (policy, sampler) → saved statistics
-bar = tqdm_bar(total=len(policies) * R * M * (1 + len(ladder)), desc="batches")
+bar = progress_bar(mininterval=30, total=len(policies) * R * M * (1 + len(ladder)), desc="batches")
 for pol_i, (pol_name, state) in enumerate(policies.items()):
     policy.load_state_dict(state)
     for s in [on_policy, *samplers.values()]:

@@ -28,6 +28,8 @@ REPRODUCE = {stem: ("make reproduce", params) for stem, params in
              yaml.safe_load((REPO / "notebooks" / "reproduce_parameters.yaml").read_text()).items()}
 REPRODUCE |= {stem: ("make reproduce-full", params) for stem, params in
               yaml.safe_load((REPO / "notebooks" / "reproduce_full_parameters.yaml").read_text()).items()}
+# committed before their first full-size run (notebooks/pending.yaml says why): no outputs yet
+PENDING = yaml.safe_load((REPO / "notebooks" / "pending.yaml").read_text()) or {}
 
 
 def parameters_cell(nb) -> dict:
@@ -73,6 +75,10 @@ def test_committed_outputs_render_and_stay_lean(path):
     block is left."""
     nb = nbformat.read(path, as_version=4)
     command = REPRODUCE[path.stem][0]  # each notebook is made by exactly one of the two commands
+    if path.stem in PENDING:  # not yet run at full size: it must not look as if it had been
+        assert "scrl_min_run" not in nb.metadata, f"{path.name} ran: remove it from notebooks/pending.yaml"
+        assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), f"{path.name}: stale outputs"
+        return
     assert nb.metadata.get("scrl_min_run", {}).get("command") == command, f"run `{command}`"
     code = [c for c in nb.cells if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", [])]
     assert all(c.execution_count for c in code), "a code cell without an execution"
@@ -88,7 +94,11 @@ def test_committed_outputs_render_and_stay_lean(path):
 
 
 def test_all_notebooks_together_stay_small():
-    assert sum(p.stat().st_size for p in NOTEBOOKS) < 4_000_000
+    assert sum(p.stat().st_size for p in NOTEBOOKS) < 5_000_000  # 11 notebooks, about 0.4 MB each at most
+
+
+def test_pending_notebooks_exist():
+    assert set(PENDING) <= {p.stem for p in NOTEBOOKS}, "notebooks/pending.yaml names a notebook that does not exist"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
