@@ -58,3 +58,25 @@ def test_readme_results_tables_are_the_committed_json():
     for name, text in made.items():
         assert f"<!-- results:{name} -->\n{text}\n<!-- /results:{name} -->" in readme, (
             f"README's results:{name} table differs from figures/: run python scripts/results_table.py --write")
+
+
+def test_verdict_page_is_the_committed_json():
+    """docs/verdict.md's claims, KL ladder and forest table are what scripts/verdict.py makes from figures/*.json,
+    and the forest plot's numbers beside it are the same rows."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    import verdict
+
+    page = (REPO / "docs" / "verdict.md").read_text()
+    rows = verdict.with_tests(verdict.rows())
+    for name, text in verdict.blocks(rows).items():
+        assert f"<!-- verdict:{name} -->\n{text}\n<!-- /verdict:{name} -->" in page, (
+            f"docs/verdict.md's verdict:{name} block differs from figures/: run python scripts/verdict.py --write")
+    saved = json.loads((REPO / "figures" / "verdict_forest.json").read_text())
+    assert [(r["source"], r["setting"], r["contrast"]) for r in saved] == [(r["source"], r["setting"], r["contrast"])
+                                                                          for r in rows]
+    for a, b in zip(saved, rows):
+        assert a["per_seed"] == b["per_seed"] and abs(a["p_holm"] - b["p_holm"]) < 1e-12
+    assert "docs/verdict.md" in (REPO / "README.md").read_text()[:3000], "the README's first screen links the verdict"
