@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import os
 import random
 import time
@@ -595,6 +596,23 @@ PROBE_TEXT = ("def read_config(path, mode='r'):\n    \"\"\"Read a config file an
               "    return [x for x in lines if x and not x.startswith('#')]\n")
 
 
+def probe_stats(dlogp: torch.Tensor) -> dict:
+    """What a push verification measured: dlogp (n,) engine minus trainer log-probs of the probe text's tokens
+    (nats) → probe_mean_abs (inf if any is not finite), probe_max_abs, probe_tokens."""
+    diff = dlogp.abs().float()
+    return dict(probe_mean_abs=float(diff.mean()) if bool(torch.isfinite(diff).all()) else math.inf,
+                probe_max_abs=float(diff.max()), probe_tokens=int(diff.numel()))
+
+
+def check_probe(stats: dict, tol: float, what: str) -> None:
+    """Raise ScrlError, starting with `what`, when a push verification's mean |Δ log p| (`probe_stats`) is
+    above `tol` (`PROBE_TOL` of the engine's precision): the weights did not reach the engine intact."""
+    if not stats["probe_mean_abs"] <= tol:
+        raise ScrlError(f"{what}: engine and trainer log-probs on the probe differ by mean |Δ log p| = "
+                        f"{stats['probe_mean_abs']:.4g} (max {stats['probe_max_abs']:.4g}) > {tol} allowed; the "
+                        f"engine's weights are wrong (zeroed layers, FP8 scales, names that did not load?)")
+
+
 def vllm_precision_for(sampler_precision: str, choice: str = "auto") -> str:
     """The vLLM numerics for a sampler precision. choice "auto": the bf16 reference → "bf16"; FP8 arms → "fp8"
     (FP8 weights + FP8 KV cache) on a GPU, "fp8_kv" on a CPU that supports it (AVX-512 or AMX).
@@ -800,18 +818,9 @@ class VLLMSampler(_WeightQueue):
             self._ref.tie_weights()
         logits = self._ref(input_ids=torch.tensor([ids])).logits[0, :-1].float()  # row i predicts i+1
         ref = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids[1:])[:, None]).squeeze(-1)
-        diff = (torch.from_numpy(eng) - ref).abs()
-        stats = dict(probe_mean_abs=float(diff.mean()) if torch.isfinite(diff).all() else float("inf"),
-                     probe_max_abs=float(diff.max()), probe_tokens=len(ids) - 1,
-                     seconds=time.time() - t0)
-        self.last_sync = stats
-        if not stats["probe_mean_abs"] <= self.probe_tol:
-            raise ScrlError(f"weight push failed verification: engine and trainer log-probs on the probe "
-                            f"differ by mean |Δ log p| = {stats['probe_mean_abs']:.4g} (max "
-                            f"{stats['probe_max_abs']:.4g}) > {self.probe_tol} allowed for "
-                            f"{self.precision}; the engine's weights are wrong (zeroed layers, FP8 "
-                            f"scales, names that did not load?)")
-        return stats
+        self.last_sync = dict(probe_stats(torch.from_numpy(eng) - ref), seconds=time.time() - t0)
+        check_probe(self.last_sync, self.probe_tol, f"weight push failed verification ({self.precision} engine)")
+        return self.last_sync
 
     def _engine_batches(self, prompt_lens: list) -> list:
         """[(lo, hi), ...]: consecutive request batches whose prompts the engine prefills in one step.

@@ -80,7 +80,7 @@ from trl.extras.profiling import profiling_context  # noqa: E402
 from . import (DEFAULT_MODEL_PATH, PROBE_TOL, Rollout, RolloutError, ScrlError, TorchSampler,  # noqa: E402
                centering_term, distinct_names_reward, lm_head_logprobs, load_policy, make_task_dataset, reduce_loss,
                validate_rollout)
-from .engines import PROBE_TEXT  # noqa: E402
+from .engines import PROBE_TEXT, check_probe, probe_stats  # noqa: E402
 
 # TRL's PPO-clip loss family: with one optimizer step per generation its policy-gradient term per token is
 # −A_t · w_t · ∇log p(y_t), the first part of eq. SC (cispo, sapo, vespo weight the score otherwise).
@@ -345,17 +345,10 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
         finally:
             model.train(was_training)
         ref = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0]  # (n − 1,)
-        diff = (torch.tensor(eng[0], device=ref.device, dtype=torch.float32) - ref).abs()
-        finite = bool(torch.isfinite(diff).all())
-        self.last_sync = stats = dict(probe_mean_abs=float(diff.mean()) if finite else math.inf,
-                                      probe_max_abs=float(diff.max()), probe_tokens=len(self._probe_ids) - 1)
-        if not stats["probe_mean_abs"] <= self.probe_tol:
-            raise ScrlError(f"weight sync failed verification at global step {self.state.global_step}: engine and "
-                            f"trainer log-probs on the probe differ by mean |Δ log p| = "
-                            f"{stats['probe_mean_abs']:.4g} (max {stats['probe_max_abs']:.4g}) > {self.probe_tol} "
-                            f"allowed for a {self.engine_precision} engine; the engine's weights are wrong (FP8 "
-                            f"scales, zeroed layers, names that did not load?)")
-        return stats
+        self.last_sync = probe_stats(torch.tensor(eng[0], device=ref.device, dtype=torch.float32) - ref)
+        check_probe(self.last_sync, self.probe_tol, f"weight sync failed verification at global step "
+                    f"{self.state.global_step} ({self.engine_precision} engine)")
+        return self.last_sync
 
     # --- generation ---------------------------------------------------------------------------------------------
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
