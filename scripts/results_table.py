@@ -27,8 +27,11 @@ def table_02() -> str:
     d = json.loads((FIG / "02_fp8_arms.json").read_text())
     p, final = d["parameters"], d["final"]
     arms, plain, ref = p["arms"], p["arms"][1], p["arms"][0]
-    lines = [f"Notebook 02 (`make reproduce`; `figures/02_fp8_arms.json`): {p['advantage_mode']} advantages, FP8 + "
-             f"σ = {p['noise_std']}, {p['steps']} steps, {len(p['seeds'])} paired seeds. Final clean reward = mean "
+    made_by = ("`make reproduce-full`" if len(p["seeds"]) >= 12
+               else f"its earlier {len(p['seeds'])}-seed run, made by `make reproduce`")
+    lines = [f"Notebook 02 ({made_by}; `figures/02_fp8_arms.json`): {p['advantage_mode']} advantages, FP8 + "
+             f"{p['noise_std']:.0%} weight noise (σ = {p['noise_std']}), {p['steps']} steps, {len(p['seeds'])} paired seeds. "
+             f"Final clean reward = mean "
              f"of the last {p['final_evals']} clean evaluations (the trainer's own policy, {p['eval_prompts']} "
              f"held-out prompts); training reward = mean over the last 30 steps, from the mismatched sampler.", "",
              f"| arm | final clean reward | − {plain} (paired) | − {ref} (paired) | training reward | per seed (clean) |",
