@@ -5,8 +5,7 @@
 #                  hours; resumable, a bar over runs
 # make test        set up .venv, run the tests: unit tests, nbval on notebook 01 (outputs compared),
 #                  the pair-sync check, papermill smoke runs of every notebook with the CI parameters
-# make lab         set up .venv, register the scrl-min kernel, start JupyterLab on notebooks/
-# make kernel      register the venv as the Jupyter kernel "scrl-min" (for a JupyterLab outside it)
+# make lab         set up .venv, start JupyterLab at the repository root (pairing on; kernel python3 = .venv)
 # make sync        re-pair notebooks/NN_name.ipynb and NN_name.py after editing either (jupytext)
 # make model       regenerate the embedded default policy in models/qwen3-tiny-code/
 PYTHON ?= python3
@@ -21,7 +20,7 @@ REPRODUCE_NB := $(addprefix notebooks/,01_signal_and_drift.ipynb 03_topk_estimat
                 05_score_centering_in_trl.ipynb)  # make reproduce: within 30 minutes
 FULL_NB      := $(filter-out $(REPRODUCE_NB),$(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb)))  # the rest: within 5 hours
 
-.PHONY: setup reproduce reproduce-full test lab kernel sync model clean
+.PHONY: setup reproduce reproduce-full test lab sync model clean
 
 setup: $(VENV)/.installed
 
@@ -40,15 +39,12 @@ reproduce-full: setup
 	$(BIN)/python scripts/run_notebooks.py $(FULL_NB) --params notebooks/reproduce_full_parameters.yaml \
 		--commit-outputs --command "make reproduce-full"
 
-test: setup
-	$(BIN)/python -m pytest -q tests $(NBVAL) --nbval --nbval-current-env \
+test: setup  # two workers (tests/conftest.py says what runs where)
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup tests $(NBVAL) --nbval --nbval-current-env \
 		--nbval-sanitize-with notebooks/nbval_sanitize.cfg
 
-kernel: setup
-	$(BIN)/python -m ipykernel install --user --name scrl-min --display-name "Python (scrl-min)"
-
-lab: kernel
-	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
+lab: setup  # at the repository root: jupytext reads jupytext.toml, README, docs and figures open
+	$(BIN)/jupyter lab --config=scripts/jupyter_lab_config.py $(if $(filter 0,$(shell id -u)),--allow-root)
 
 sync: setup
 	$(BIN)/jupytext --sync notebooks/[0-9][0-9]_*.ipynb

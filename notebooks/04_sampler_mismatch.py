@@ -30,14 +30,11 @@
 # and W8A8, int4 with groups of 128 and 32), each with and without an FP8 KV cache, beside weight
 # noise σ (`figures/04_severity.png` and `.json`).
 #
-# **Run time:** about 2 min on 2 CPU cores, no GPU. Sections 1-4 took 50-61 s with
-# `OMP_NUM_THREADS=2` as in the Makefile (through `scripts/run_notebooks.py`, of which about 7 s start
-# the vLLM engine and verify its weights; the engine's own start-up messages are kept in
-# `VLLMSampler.engine_log`, not printed); section 5 (15 more samplers) took 87 s with
-# `OMP_NUM_THREADS=1` while other jobs shared the two cores, when sections 1-4 took 98 s in the same
-# run. The machine is an AMD EPYC with AVX2 only: vLLM's FP8
-# KV cache (AVX-512 or AMX) and FP8 weights (GPU) are not available there, and the notebook says so in
-# its numbers and figure instead of skipping them silently. 
+# **Run time:** a few minutes on 2 CPU cores, no GPU. The hardware cell below prints the CPU the run
+# had (the JSON keeps it as `hardware`). Which vLLM numerics can run depends on that machine:
+# vLLM's FP8 KV cache needs a GPU or a CPU with AVX-512 or AMX, its FP8 weights a GPU. Where one is
+# missing the notebook says so in its numbers and figure instead of skipping it silently; the closing
+# cell says what the committed outputs measured, and on which CPU. 
 # With the default parameters it writes `runs/figures/04_sampler_mismatch.png`, `04_severity.png` and
 # the numbers behind them (`.json`); `make reproduce` writes them to `figures/` and produced the
 # outputs shown here (this time with `OMP_NUM_THREADS=1`, so float round-off may differ).

@@ -1,9 +1,9 @@
-"""The README's results tables, made from the committed JSON in figures/ (nothing typed by hand).
+"""docs/results.md's tables, made from the committed JSON in figures/ (nothing typed by hand).
 
     python scripts/results_table.py           # print the tables
-    python scripts/results_table.py --write   # replace the blocks between <!-- results:NAME --> markers in README.md
+    python scripts/results_table.py --write   # replace the blocks between <!-- results:NAME --> markers in docs/results.md
 
-tests/test_docs.py checks that README.md holds exactly what this prints, so a table cannot drift from
+tests/test_docs.py checks that docs/results.md holds exactly what this prints, so a table cannot drift from
 the numbers behind the figures. Each table: mean over paired seeds ± the 95% t half-width, and the
 paired difference of each arm to the uncorrected one (per seed, then mean ± 95%).
 """
@@ -16,6 +16,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 FIG = REPO / "figures"
+PAGE = REPO / "docs" / "results.md"
 
 
 def pm(mean: float, ci95: float, signed: bool = False, digits: int = 3) -> str:
@@ -141,20 +142,20 @@ def blocks() -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--write", action="store_true", help="replace the marked blocks in README.md")
+    ap.add_argument("--write", action="store_true", help="replace the marked blocks in docs/results.md")
     a = ap.parse_args()
     out = blocks()
     if not a.write:
         print("\n\n".join(f"<!-- results:{k} -->\n{v}\n<!-- /results:{k} -->" for k, v in out.items()))
         return
-    readme = (REPO / "README.md").read_text()
+    readme = PAGE.read_text()
     for name, text in out.items():
         pat = re.compile(rf"<!-- results:{name} -->\n(?:.*?\n)?<!-- /results:{name} -->", re.S)
         if not pat.search(readme):
-            raise SystemExit(f"README.md has no <!-- results:{name} --> block")
+            raise SystemExit(f"docs/results.md has no <!-- results:{name} --> block")
         readme = pat.sub(lambda _: f"<!-- results:{name} -->\n{text}\n<!-- /results:{name} -->", readme)
-    (REPO / "README.md").write_text(readme)
-    print(f"README.md: wrote {sorted(out)}")
+    PAGE.write_text(readme)
+    print(f"docs/results.md: wrote {sorted(out)}")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,9 @@ parameter name stops the run before anything executes, naming the bad key and th
 Executed notebooks (with outputs) go to --out-dir (default runs/notebooks/); the figures go wherever
 the notebooks write them (their default: runs/figures/). With --commit-outputs the executed notebook
 replaces notebooks/NN_name.ipynb, cleaned so that it stays paired with NN_name.py: papermill's
-injected-parameters cell and its metadata are removed, the outputs are kept. Only `make reproduce`
+injected-parameters cell and its metadata are removed, the outputs are kept, and the notebook's metadata
+records the command, the parameters and a fingerprint of the outputs (`scrl_min_run`; JupyterLab started by
+`make lab` drops that record when it saves other outputs). Only `make reproduce`
 uses it, together with notebooks/reproduce_parameters.yaml, whose parameters write figures/.
 """
 from __future__ import annotations
@@ -70,6 +72,38 @@ def check_parameters(path: Path, given: dict) -> None:
                              f"parameters are {sorted(known)}")
 
 
+def outputs_fingerprint(nb) -> str:
+    """sha256 of what a notebook's code cells show (stream text, text/plain, images, errors), ignoring how
+    a front end stores it (a string or a list of lines, output metadata, execution counts)."""
+    import hashlib
+
+    def text(v):
+        return "".join(v) if isinstance(v, list) else str(v)
+
+    parts = []
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        for o in cell.get("outputs", []):
+            data = o.get("data", {})
+            parts.append([o["output_type"], o.get("name", ""), text(o.get("text", "")).strip(),
+                          text(data.get("text/plain", "")).strip(), text(data.get("image/png", "")).replace("\n", ""),
+                          o.get("ename", "")])
+    return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
+
+
+def drop_stale_provenance(model, **_) -> None:
+    """JupyterLab's pre-save hook (`make lab`: scripts/jupyter_lab_config.py). A notebook whose outputs are no
+    longer those its `scrl_min_run` record fingerprints (it was run or edited in JupyterLab) is saved
+    without that record, so it no longer claims `make reproduce` made it."""
+    if model.get("type") != "notebook" or not isinstance(model.get("content"), dict):
+        return
+    meta = model["content"].get("metadata", {})
+    run = meta.get("scrl_min_run")
+    if run is not None and run.get("outputs_sha256") != outputs_fingerprint(model["content"]):
+        del meta["scrl_min_run"]
+
+
 def clean_executed(src: Path, dst: Path, params: dict, command: str = "make reproduce") -> None:
     """Copy an executed notebook to dst without papermill's injected cell and metadata, keeping the
     outputs; the run's parameters are recorded in the notebook metadata ("scrl_min_run")."""
@@ -86,7 +120,7 @@ def clean_executed(src: Path, dst: Path, params: dict, command: str = "make repr
     nb.metadata.pop("widgets", None)  # state of a widget no cell output shows
     nb.metadata.kernelspec["display_name"] = "Python 3 (ipykernel)"  # as JupyterLab names python3
     nb.metadata["scrl_min_run"] = {"parameters": json.loads(json.dumps(params)),
-                                   "command": command}
+                                   "command": command, "outputs_sha256": outputs_fingerprint(nb)}
     nbformat.write(nb, dst)
 
 

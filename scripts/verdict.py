@@ -22,6 +22,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 FIG = REPO / "figures"
 PAGE = REPO / "docs" / "verdict.md"
+README = REPO / "README.md"
 
 
 def _load(name):
@@ -176,18 +177,24 @@ def cell(r) -> str:
     return f"{fmt(r['mean'])} ± {r['ci95']:.3f} (Holm p {r['p_holm']:.2f}; {r['wins']}/{r['n']} seeds)"
 
 
-def claims_table(rs: list) -> str:
+def _short_status(st: str) -> str:
+    return st.split(":")[0].split(" (")[0]
+
+
+def claims(rs: list) -> list:
+    """Each claim of the article as a dict: claim, where, number (with Holm p and seeds), short (mean ± 95%),
+    status (reproduced / contradicted / not resolved / untested here, and why)."""
     h = _load("02_fp8_arms.json")
     n02 = len(h["parameters"]["seeds"]) if h else 0
     head = f"02 · {h.get('setting', 'FP8 + σ 0.1')}, raw, {n02} seeds" if h else "02"
     g = _load("10_gradient_test.json")
     sl = _load("11_severity_slope.json")
     topk = _load("03_topk_estimator.json")
-    lines = ["| the article's claim | tested where | the project's number (final clean reward, paired) | status |",
-             "|---|---|---|---|"]
+    out = []
 
     def add(claim, where, r, direction, note=""):
-        lines.append(f"| {claim} | {where} | {cell(r)}{note} | {status(r, direction)} |")
+        out.append(dict(claim=claim, where=where, number=cell(r) + note, status=status(r, direction),
+                        short="–" if r is None else f"{fmt(r['mean'], d=2)} ± {r['ci95']:.2f} ({r['n']} seeds)"))
 
     add("A mismatched sampler costs plain training reward (plain < no-mismatch reference)", head,
         _find(rs, "02", "plain − bf16"), -1)
@@ -201,27 +208,84 @@ def claims_table(rs: list) -> str:
         "; where every ratio and ρ are in the band, SC+MIS is MIS exactly (docs/method.md)")
     if sl:
         for name, v in sl["slopes"].items():
-            lines.append(f"| SC's edge grows with the mismatch ({name} against log10 KL) | 11 · severity ladder, "
-                         f"{len(sl['parameters']['seeds'])} seeds | slope {fmt(v['slope'])} ± {v['ci95']:.3f} per tenfold "
-                         f"KL (Holm p {v['p_holm']:.2f}) | {'**reproduced**' if v['p_holm'] < 0.05 and v['slope'] > 0 else ('**contradicted**' if v['p_holm'] < 0.05 else 'not resolved')} |")
+            st = ("**reproduced**" if v["p_holm"] < 0.05 and v["slope"] > 0 else
+                  "**contradicted**" if v["p_holm"] < 0.05 else "not resolved: the interval contains 0"
+                  if v["slope"] - v["ci95"] < 0 < v["slope"] + v["ci95"] else
+                  "not resolved: the 95% interval excludes 0, Holm's correction does not")
+            out.append(dict(claim=f"SC's edge grows with the mismatch ({name} against log10 KL)",
+                            where=f"11 · severity ladder, {len(sl['parameters']['seeds'])} seeds",
+                            number=f"slope {fmt(v['slope'])} ± {v['ci95']:.3f} per tenfold KL (Holm p {v['p_holm']:.2f})",
+                            short=f"slope {fmt(v['slope'], d=2)} ± {v['ci95']:.2f} per tenfold KL", status=st))
     else:
-        lines.append("| SC's edge grows with the mismatch | 11 · severity ladder | – | untested here: notebook 11 has "
-                     "not run at full size yet (notebooks/pending.yaml) |")
-    if g is None:
-        lines.append("| SC's gradient is closer to the on-policy gradient than IS's, more so as the mismatch grows | "
-                     "10 · gradient-level test | – | untested here: notebook 10 has not run at full size yet "
-                     "(notebooks/pending.yaml) |")
+        out.append(dict(claim="SC's edge grows with the mismatch", where="11 · severity ladder", number="–", short="–",
+                        status="untested here: notebook 11 has not run at full size yet (notebooks/pending.yaml)"))
+    out.extend(gradient_claims(g))
     for s_ in (1, 8):
         add(f"Centering helps under staleness (SC+TIS > TIS), s = {s_}", f"07 · bf16 sampler, staleness {s_}, 3 seeds",
             _find(rs, "07", "sc_tis − tis", f"staleness s = {s_},"), +1)
     if topk:
         b = topk["settings"]["σ=0.1, T=1"]["by_k"]
         i = b["k"].index(128)
-        lines.append(f"| A top-k head of k = 128 estimates the drift well | 03 · V = {topk['vocab_size']}, FP8 + σ 0.1, T = 1 | "
-                     f"head mass {b['head_mass_mean'][i]:.2f}; relative L1 error of the drift {b['rel_err_l1_mean'][i]:.2f} "
-                     f"(without the tail model: {b['naive_rel_err_l1_mean'][i]:.1f}); cosine to the exact update in "
-                     f"parameter space {b['cos_sim'][i]:.3f} | reproduced at V = {topk['vocab_size']} (k is 6% of "
-                     f"the vocabulary here, 0.1% of a 150k one: untested at that scale) |")
+        out.append(dict(claim="A top-k head of k = 128 estimates the drift well",
+                        where=f"03 · V = {topk['vocab_size']}, FP8 + σ 0.1, T = 1",
+                        number=f"head mass {b['head_mass_mean'][i]:.2f}; relative L1 error of the drift "
+                               f"{b['rel_err_l1_mean'][i]:.2f} (without the tail model: {b['naive_rel_err_l1_mean'][i]:.1f}); "
+                               f"cosine to the exact update in parameter space {b['cos_sim'][i]:.3f}",
+                        short=f"drift error {b['rel_err_l1_mean'][i]:.2f} (without the tail model {b['naive_rel_err_l1_mean'][i]:.1f})",
+                        status=f"reproduced at V = {topk['vocab_size']} (k is 6% of the vocabulary here, 0.1% of a "
+                               f"150k one: untested at that scale)"))
+    return out
+
+
+def gradient_claims(g) -> list:
+    """The gradient-level claims (notebook 10), or one 'untested' line while it has not run."""
+    if g is None:
+        return [dict(claim="SC's gradient is closer to the on-policy gradient than IS's, more so as the mismatch grows",
+                     where="10 · gradient-level test", number="–", short="–",
+                     status="untested here: notebook 10 has not run at full size yet (notebooks/pending.yaml)")]
+    rows = g["contrasts"]
+    out = []
+    for c, other in (("C1", "exact token IS"), ("C2", "TIS"), ("C3", "MIS")):
+        cells = [r for r in rows if r["label"].endswith(f" · {c}")]
+        if not cells:
+            continue
+        lower = sum(r["holds"] and r["estimate"] < 0 for r in cells)
+        higher = sum(r["holds"] and r["estimate"] > 0 for r in cells)
+        st = ("**reproduced**" if lower and not higher else "**contradicted**" if higher and not lower else
+              "mixed: lower in some cells, higher in others" if lower else "not resolved")
+        out.append(dict(claim=f"SC's gradient (k = {g['parameters']['k']}) is closer to the on-policy gradient than {other}'s "
+                              f"(MSE per update)",
+                        where=f"10 · gradient-level test, {len(g['samplers'])} samplers × 2 policies × 2 advantage modes",
+                        number=f"SC's MSE lower in {lower}, higher in {higher} of {len(cells)} cells (Holm over "
+                               f"{len(rows)} tests; MSE relative to ‖g*‖², {g['parameters']['replicates']} replicates)",
+                        short=f"lower in {lower}, higher in {higher} of {len(cells)} cells", status=st))
+    slopes = [r for r in rows if "S1" in r["label"]]
+    if slopes:
+        neg = sum(r["holds"] and r["estimate"] < 0 for r in slopes)
+        pos = sum(r["holds"] and r["estimate"] > 0 for r in slopes)
+        out.append(dict(claim="… and SC's edge over exact IS grows with the mismatch (slope of the MSE gap against log10 KL)",
+                        where="10 · gradient-level test",
+                        number="; ".join(f"{r['label'].split(' · S1')[0]}: {fmt(r['estimate'], d=4)} ± {r['ci95']:.4f} "
+                                         f"(Holm p {r['p_holm']:.2f})" for r in slopes),
+                        short=f"negative in {neg}, positive in {pos} of {len(slopes)} (policy, mode)",
+                        status="**reproduced**" if neg and not pos else "**contradicted**" if pos and not neg else
+                               "mixed" if neg else "not resolved"))
+    return out
+
+
+def claims_table(rs: list) -> str:
+    lines = ["| the article's claim | tested where | the project's number (final clean reward, paired) | status |",
+             "|---|---|---|---|"]
+    lines += [f"| {c['claim']} | {c['where']} | {c['number']} | {c['status']} |" for c in claims(rs)]
+    return "\n".join(lines)
+
+
+def readme_table(rs: list) -> str:
+    """The README's short form of the claims table: claim, where, mean ± 95%, status in a word or two."""
+    lines = ["| the article's claim | where | paired difference | status |", "|---|---|---|---|"]
+    for c in claims(rs):
+        where = c["where"].split(" · ")[0]
+        lines.append(f"| {c['claim']} | {where} | {c['short']} | {_short_status(c['status'])} |")
     return "\n".join(lines)
 
 
@@ -255,6 +319,12 @@ def blocks(rs=None) -> dict:
     return {"claims": claims_table(rs), "ladder": ladder_table(), "forest": forest_table(rs)}
 
 
+def readme_blocks(rs=None) -> dict:
+    """The generated blocks of README.md, by name."""
+    rs = with_tests(rows()) if rs is None else rs
+    return {"readme": readme_table(rs)}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--write", action="store_true", help="rewrite docs/verdict.md's blocks and the forest plot")
@@ -272,6 +342,13 @@ def main(argv=None) -> None:
         if n != 1:
             raise SystemExit(f"docs/verdict.md has no block verdict:{name}")
     PAGE.write_text(page)
+    readme = README.read_text()
+    for name, text in readme_blocks(rs).items():
+        readme, n = re.subn(rf"<!-- verdict:{name} -->\n(?:.*?\n)?<!-- /verdict:{name} -->",
+                            lambda m: f"<!-- verdict:{name} -->\n{text}\n<!-- /verdict:{name} -->", readme, flags=re.S)
+        if n != 1:
+            raise SystemExit(f"README.md has no block verdict:{name}")
+    README.write_text(readme)
     forest_plot(rs, FIG / "verdict_forest.png")
     (FIG / "verdict_forest.json").write_text(json.dumps(rs, indent=1))
     print(f"wrote {PAGE.relative_to(REPO)} and figures/verdict_forest.{{png,json}} ({len(rs)} rows)")
