@@ -6,6 +6,7 @@
 # make test        set up .venv, run the tests: unit tests, nbval on notebook 01 (outputs compared),
 #                  the pair-sync check, papermill smoke runs of every notebook with the CI parameters
 # make lab         set up .venv, start JupyterLab at the repository root (pairing on; kernel python3 = .venv)
+# make slides      build the journal-club deck from slides/journal_club.py and the committed figures/
 # make sync        re-pair notebooks/NN_name.ipynb and NN_name.py after editing either (jupytext)
 # make model       regenerate the embedded default policy in models/qwen3-tiny-code/
 PYTHON ?= python3
@@ -20,7 +21,7 @@ REPRODUCE_NB := $(addprefix notebooks/,01_signal_and_drift.ipynb 03_topk_estimat
                 05_score_centering_in_trl.ipynb)  # make reproduce: within 30 minutes
 FULL_NB      := $(filter-out $(REPRODUCE_NB),$(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb)))  # the rest: within 5 hours
 
-.PHONY: setup reproduce reproduce-full test lab sync model clean
+.PHONY: setup reproduce reproduce-full test lab slides sync model clean
 
 setup: $(VENV)/.installed
 
@@ -45,6 +46,9 @@ test: setup  # two workers (tests/conftest.py says what runs where)
 
 lab: setup  # at the repository root: jupytext reads jupytext.toml, README, docs and figures open
 	$(BIN)/jupyter lab --config=scripts/jupyter_lab_config.py $(if $(filter 0,$(shell id -u)),--allow-root)
+
+slides: setup  # the journal-club deck: runs/slides/journal_club.slides.html (offline; reveal.js beside it)
+	$(BIN)/python scripts/make_slides.py
 
 sync: setup
 	$(BIN)/jupytext --sync notebooks/[0-9][0-9]_*.ipynb
