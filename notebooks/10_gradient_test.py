@@ -1149,7 +1149,51 @@ print(f"wrote {figures_dir}/10_gradient_test.{{png,json}};  notebook run time (a
 # %% [markdown]
 # ## What we saw
 #
-# **Placeholder: to be written from the full-size run (`make reproduce-full`), from the tables and
-# the JSON above, answering the two declared questions with the Holm-adjusted contrasts:** where, if
-# anywhere, SC's error is below IS's (exact, TIS, MIS), and whether the gap grows with KL ($S_1$).
-# Nothing here yet reports a number.
+# Written after the `make reproduce-full` run whose outputs are above (one machine, 2 CPU cores; the
+# exact checks of part A hold on any CPU to float round-off, the numbers of part B are this run's).
+#
+# **Part A: the method note, checked exactly** (sampler FP8 + σ 0.1, 3 prompts, V = 2,048, float64):
+#
+# * **SC's expected update is Cov_q(A, s)**: with k = V it equals the brute-force covariance to 1e-18;
+#   with k = 128 it is Cov_q(A, s) plus the head's residual drift E_q[A](μ − μ̂), 0.3-0.5% of
+#   ‖Cov_q(A, s)‖, where the whole drift E_q[A]μ is 12-18% of it.
+# * **Exact token IS is unbiased per prefix; SC is not**: E_q[IS update] = E_p[A s] = g* to 1e-17,
+#   while SC's expected update misses g* by 6-16% (relative bias; plain: 12-30%). SC estimates
+#   Cov_q(A, s), the signal under the sampler's distribution, not the on-policy Cov_p(A, s).
+# * **Neither corrects the prefix distribution**: on a two-token tree the error of token IS against
+#   ∇J is its continuation and prefix parts (7-14% of ‖∇J‖), which SC and plain carry too (SC 11-24%,
+#   plain 21-40% in total); only sequence-level IS is exact, at a second moment E_q[(r₁r₂)²] of
+#   1.06-1.08 here.
+# * **SC+MIS is MIS wherever the ratios are in band**: 4e-18 relative difference when no head token
+#   leaves MIS's band; where one does (prompt 2, p-mass 3.5e-4) the difference is 1.2e-3, exactly
+#   E_q[A] Σ_(H, out) p_v s_v.
+# * **SC's edge over plain grows with |E_q[A]| / sd_q(A)**: SC's bias does not move with an offset m
+#   added to the advantages; plain's does (bias² / ‖g*‖² 0.021 at m = 0 to 0.68 at m = 3, prompt 0).
+#   Raw rewards sit at m = 0.7-1.0, where plain's bias² is already above SC's. One token's MSE is
+#   dominated by variance (about 9-23 ‖g*‖² at m = 0 for both), so bias matters through the batch.
+#
+# **Part B: the gradient-level test** (10 samplers × 2 policies × 2 advantage modes, 12 replicates of one
+# training-size batch per sampler; `figures/10_gradient_test.json`):
+#
+# * **One update's error is almost all variance.** At the training batch (8 prompts × 4 completions ×
+#   24 tokens) the on-policy estimator's own variance is 63 ‖g*‖² (raw advantages) and 10 ‖g*‖²
+#   (centered) at the starting policy, 115 and 15 after 50 updates. Every estimator's MSE is 0.84-1.20
+#   times that variance, and at each real format the eight estimators differ from each other by at most
+#   6% (at σ 0.2, up to 16%). The biases the article's argument is about are a
+#   small part of it: plain's bias² reaches 0.9 ‖g*‖² (FP8 + σ 0.1) and 2.3 (σ 0.2) at the start under raw
+#   rewards, 1.8 and 12 after 50 updates, each with an interval that contains 0 at 12 replicates; under
+#   centered advantages no estimator's bias² is told from 0.
+# * **No declared contrast holds.** Of the 124 tests (SC − IS, SC − TIS, SC − MIS per cell, and the four
+#   slopes S1), none has a Holm-adjusted p below 0.05. The point estimates lean one way: SC's MSE is
+#   never more than 0.4% above the IS variants' and is up to 9-15% below them at the largest
+#   severities (σ 0.1, 0.2), and all four slopes S1 are negative (the gap widening with KL). The
+#   cells share replicates and tokens (common random numbers), so that consistency is not independent
+#   evidence; the strongest single results, after 50 updates with centered advantages (SC − IS −0.56 ±
+#   0.43 ‖g*‖² at σ 0.1, −2.3 ± 1.6 at σ 0.2; S1 −0.68 ± 0.47, uncorrected p 0.008), do not survive the
+#   correction.
+# * **What it means for the article's claims.** "SC's gradient is closer to the on-policy gradient than
+#   IS's, more so as the mismatch grows" is **not resolved** here: at the real formats the estimators are
+#   indistinguishable because the mismatch is small against the batch noise, and at the synthetic
+#   severities where they separate in point estimate, 12 replicates do not resolve it. A test with the
+#   power to decide needs many more replicates (the intervals shrink as 1/√R), or larger batches,
+#   where the bias terms are a larger share of the error.
