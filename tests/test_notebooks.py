@@ -163,12 +163,10 @@ def test_nbval_fails_when_an_output_changes(tmp_path):
 CI_PARAMS = yaml.safe_load((REPO / "notebooks" / "ci_parameters.yaml").read_text())
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs_headlessly_with_ci_parameters(path, tmp_path):
-    """One notebook, run by the runner with CI's parameters (independent of the other notebooks, so that
-    `make test` can spread them over two workers): it finishes, writes its figures with the numbers
-    behind them, leaves no widget or stderr block, and what it measured passes its notebook's checks."""
+def run_headlessly_with_ci_parameters(path, tmp_path):
+    """One notebook, run by the runner with CI's parameters (independent of the other notebooks): it finishes,
+    writes its figures with the numbers behind them, leaves no widget or stderr block, and what it measured
+    passes its notebook's checks."""
     figs = REPO / "runs" / "ci" / "figures"
     for png in figs.glob(f"{path.stem[:3]}*"):  # this notebook's earlier CI figures only
         png.unlink()
@@ -241,3 +239,20 @@ def _check_05(figs):
 
 
 CI_CHECKS = {"02": _check_02, "03": _check_03, "04": _check_04, "05": _check_05}
+
+
+def _ci_run_class(path):
+    """One test class per notebook: `make test` runs pytest-xdist with --dist loadscope, which keeps a
+    module's functions on one worker (a module's vLLM engine is built once; nbval runs a notebook's cells in
+    order) and sends each class on its own, so the notebooks' headless runs spread over both workers."""
+    class CIRun:
+        @pytest.mark.slow
+        def test_runs_headlessly_with_ci_parameters(self, tmp_path):
+            run_headlessly_with_ci_parameters(path, tmp_path)
+
+    CIRun.__name__ = CIRun.__qualname__ = f"TestCIRun_{path.stem}"
+    return CIRun
+
+
+for _path in NOTEBOOKS:
+    globals()[f"TestCIRun_{_path.stem}"] = _ci_run_class(_path)
