@@ -40,8 +40,8 @@ reproduce-full: setup
 	$(BIN)/python scripts/run_notebooks.py $(FULL_NB) --params notebooks/reproduce_full_parameters.yaml \
 		--commit-outputs --command "make reproduce-full"
 
-test: setup  # two workers: a module stays on one, each notebook smoke run (a class) goes on its own
-	$(BIN)/python -m pytest -q -n 2 --dist loadscope tests $(NBVAL) --nbval --nbval-current-env \
+test: setup
+	$(BIN)/python -m pytest -q tests $(NBVAL) --nbval --nbval-current-env \
 		--nbval-sanitize-with notebooks/nbval_sanitize.cfg
 
 lab: setup  # at the repository root: jupytext reads jupytext.toml, README, docs and figures open

@@ -172,7 +172,7 @@ figure("verdict_forest.png", 700)
 # ## Reproduce it
 #
 # ```
-# make test             # ~10 min on 2 CPU cores
+# make test             # ~15 min on 2 CPU cores
 # make reproduce        # notebooks 01, 03, 04, 05
 # make reproduce-full   # the experiments behind the verdict (~5 h)
 # make lab              # the notebooks in JupyterLab

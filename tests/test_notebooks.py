@@ -242,9 +242,9 @@ CI_CHECKS = {"02": _check_02, "03": _check_03, "04": _check_04, "05": _check_05}
 
 
 def _ci_run_class(path):
-    """One test class per notebook: `make test` runs pytest-xdist with --dist loadscope, which keeps a
-    module's functions on one worker (a module's vLLM engine is built once; nbval runs a notebook's cells in
-    order) and sends each class on its own, so the notebooks' headless runs spread over both workers."""
+    """One test per notebook, as a class of its own (`pytest -k TestCIRun_02` runs one notebook's smoke run;
+    a scheduler that distributes classes, pytest-xdist's --dist loadscope, could spread them: tried, slower
+    on 2 cores, see docs/development.md)."""
     class CIRun:
         @pytest.mark.slow
         def test_runs_headlessly_with_ci_parameters(self, tmp_path):
