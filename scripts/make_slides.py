@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parent.parent
 SOURCE = REPO / "slides" / "journal_club.py"
 
 
-def build(out: Path) -> Path:
+def build(out: Path) -> tuple:
+    """Execute the presenter notebook and write the deck into `out`; returns (path of the HTML, number of slides)."""
     import jupytext
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
@@ -42,15 +43,14 @@ def build(out: Path) -> Path:
     shutil.copytree(REPO / "slides" / "reveal.js", out / "reveal.js", dirs_exist_ok=True)
     path = out / "journal_club.slides.html"
     path.write_text(html)
-    return path
+    return path, sum(c.metadata["slideshow"]["slide_type"] == "slide" for c in nb.cells)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "slides", help="folder of the deck")
     args = ap.parse_args(argv)
-    path = build(args.out.resolve())
-    n = sum("slide" in c.metadata.get("tags", []) for c in __import__("jupytext").read(SOURCE).cells)
+    path, n = build(args.out.resolve())
     print(f"wrote {path.relative_to(REPO) if path.is_relative_to(REPO) else path} ({n} slides); open it in a browser")
     return 0
 
