@@ -330,6 +330,17 @@ def readme_blocks(rs=None) -> dict:
     return {"readme": readme_table(rs)}
 
 
+def write_blocks(path: Path, made: dict) -> None:
+    """Replace each <!-- verdict:NAME --> block of the file at `path` by made[NAME]; SystemExit when one is missing."""
+    text_ = path.read_text()
+    for name, text in made.items():
+        text_, n = re.subn(rf"<!-- verdict:{name} -->\n(?:.*?\n)?<!-- /verdict:{name} -->",
+                           lambda m: f"<!-- verdict:{name} -->\n{text}\n<!-- /verdict:{name} -->", text_, flags=re.S)
+        if n != 1:
+            raise SystemExit(f"{path.relative_to(REPO)} has no block verdict:{name}")
+    path.write_text(text_)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--write", action="store_true", help="rewrite docs/verdict.md's blocks and the forest plot")
@@ -340,20 +351,8 @@ def main(argv=None) -> None:
         for name, text in made.items():
             print(f"<!-- verdict:{name} -->\n{text}\n<!-- /verdict:{name} -->\n")
         return
-    page = PAGE.read_text()
-    for name, text in made.items():
-        page, n = re.subn(rf"<!-- verdict:{name} -->\n(?:.*?\n)?<!-- /verdict:{name} -->",
-                          lambda m: f"<!-- verdict:{name} -->\n{text}\n<!-- /verdict:{name} -->", page, flags=re.S)
-        if n != 1:
-            raise SystemExit(f"docs/verdict.md has no block verdict:{name}")
-    PAGE.write_text(page)
-    readme = README.read_text()
-    for name, text in readme_blocks(rs).items():
-        readme, n = re.subn(rf"<!-- verdict:{name} -->\n(?:.*?\n)?<!-- /verdict:{name} -->",
-                            lambda m: f"<!-- verdict:{name} -->\n{text}\n<!-- /verdict:{name} -->", readme, flags=re.S)
-        if n != 1:
-            raise SystemExit(f"README.md has no block verdict:{name}")
-    README.write_text(readme)
+    write_blocks(PAGE, made)
+    write_blocks(README, readme_blocks(rs))
     forest_plot(rs, FIG / "verdict_forest.png")
     (FIG / "verdict_forest.json").write_text(json.dumps(rs, indent=1))
     print(f"wrote {PAGE.relative_to(REPO)} and figures/verdict_forest.{{png,json}} ({len(rs)} rows)")
