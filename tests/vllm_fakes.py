@@ -61,8 +61,8 @@ class FakeTRLServer:
     What a real `trl vllm-serve` / `vllm serve` would answer, built with vLLM's and TRL's own code: completions are
     serialized by vLLM's OpenAI server (`OpenAIServingCompletion._create_completion_logprobs`, tokens as
     "token_id:<id>", −inf as −9999) and parsed back by TRL's `parse_logprobs`; the probe's prompt log-probs go through
-    TRL's `VLLMClient._format_sequence_logprobs`. Weight updates load each tensor into the engine's model
-    (`load_weights`, as TRL's colocate sync does) instead of TRL's NCCL broadcast, which needs CUDA
+    TRL's `VLLMClient._format_sequence_logprobs`. Weight updates load the tensors into the engine's model
+    (`reload_engine_weights`, as the trainer's colocate sync does) instead of TRL's NCCL broadcast, which needs CUDA
     (vllm_client.py:756-760). `max_logprobs` and `logprobs_mode` are what the server reports in /server_info.
     """
 
@@ -117,11 +117,17 @@ class FakeTRLServer:
         return {key: [r[key] for r in res] for key in res[0]}
 
     def update_named_params(self, metadata, named_params):
-        model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
+        from scrl_min.trl import reload_engine_weights
+
         names = []
-        for name, tensor in named_params:
-            model.load_weights([(name, tensor)])
-            names.append(name)
+
+        def recorded():
+            for name, tensor in named_params:
+                names.append(name)
+                yield name, tensor
+
+        tied = self.llm.llm_engine.model_config.hf_config.tie_word_embeddings
+        reload_engine_weights(self.llm, recorded(), tied)
         self.pushed.append(names)
 
     def reset_prefix_cache(self):
