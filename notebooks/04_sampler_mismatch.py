@@ -87,7 +87,8 @@ import numpy as np
 import torch
 
 from scrl_min import TorchSampler, VLLMSampler, encode_prompt, load_policy, make_task_dataset, trainer_logprobs
-from scrl_min import (DEFAULT_MODEL_PATH, FORMATS, PROBE_TOL, REPO_ROOT, QuantLinear, cpu_supports_fp8_kv, dequantize)
+from scrl_min import (DEFAULT_MODEL_PATH, FORMATS, PROBE_TOL, REPO_ROOT, QuantLinear, check_layout,
+                      cpu_supports_fp8_kv, dequantize)
 
 t_start = time.perf_counter()
 model_path = str(DEFAULT_MODEL_PATH) if model == "default" else model
@@ -413,9 +414,12 @@ for row, T in enumerate(temperatures):
         ax[2].bar(x[:len(names)] + (j - 1) * width, np.where(vals > 0, vals, np.nan), width, label=label,
                   color=plt.cm.Greys(0.35 + 0.25 * j), edgecolor="k", lw=0.5)
     ax[2].set_yscale("log")
+    tallest = max(meas[n, T]["summary"][key] for n in names for key, _ in keys)
+    bottom, _ = ax[2].get_ylim()
+    ax[2].set_ylim(bottom, tallest * (tallest / bottom) ** 0.35)  # headroom: the legend sits above every bar
     ax[2].set_xticks(x, [n.replace(" + ", "\n+ ").replace("vLLM ", "vLLM\n") for n in slots], fontsize=8)
     ax[2].set_title(f"(c) KL(q‖p) estimates and mean |Δ|, T = {T:g}")
-    ax[2].legend(fontsize=8, loc="upper left")
+    ax[2].legend(fontsize=8, loc="upper left", ncol=len(keys))
     for i, name in enumerate(not_measured, start=len(names)):
         ax[2].text(i, 0.03, "not measured:\n" + textwrap.fill(not_measured[name], 34), rotation=90,
                    fontsize=7, ha="center", va="bottom", transform=ax[2].get_xaxis_transform(),
@@ -428,10 +432,11 @@ rows = [[name, f"{T:g}", str(meas[name, T]["summary"]["n_tokens"])]
         + [format(meas[name, T]["summary"][key], fmt) for key, _, fmt in cols]
         for T in temperatures for name in names]
 rows += [[name, "—", "—", "not measured"] + [""] * (len(cols) - 1) for name in not_measured]
-table = tab.table(cellText=rows, colLabels=heads, loc="center", cellLoc="right")
+widths = np.array([2.2] + [1.0] * (len(heads) - 1))
+table = tab.table(cellText=rows, colLabels=heads, cellLoc="right", colWidths=list(widths / widths.sum()),
+                  bbox=[0, 0, 1, 0.9])  # the top tenth of the panel is the caption's
 table.auto_set_font_size(False)
 table.set_fontsize(7.5)
-table.scale(1, 1.25)
 tab.set_title(f"lb: lower bound (H ∪ rest); tok out / seq out: share outside the MIS band "
               f"[{lo:g}, {hi:g}]; "
               f"gen s: generation time, all {n_prompts} prompts × ≤ {max_new_tokens} tokens", fontsize=9)
@@ -439,6 +444,7 @@ fig.suptitle(f"Sampler vs float32 trainer on the embedded model (V={V}, k={k}, {
              f"{max_new_tokens} tokens, seed {seed}; {hardware['cpu_cores']} CPU cores"
              f"{', GPU ' + hardware['gpu'] if hardware['gpu'] else ', no GPU'})")
 fig.tight_layout()
+check_layout(fig)  # no legend over a bar, no caption under the table: fails the run otherwise
 fig_dir = REPO_ROOT / figures_dir
 fig_dir.mkdir(parents=True, exist_ok=True)
 png = fig_dir / "04_sampler_mismatch.png"
@@ -607,6 +613,7 @@ fig.suptitle(f"Sampler formats vs the float32 trainer on the embedded model (V={
              f"{max_new_tokens} tokens, T = {T_sev:g}, seed {seed}; {hardware['cpu_cores']} CPU cores)")
 fig.tight_layout()
 sev_png = fig_dir / "04_severity.png"
+check_layout(fig)
 fig.savefig(sev_png, dpi=100)
 plt.show()
 sev_numbers = dict(

@@ -66,8 +66,8 @@ from pathlib import Path
 import numpy as np
 import matplotlib.pyplot as plt
 import scrl_min
-from scrl_min import (arm_config, eval_curve, mean_ci95, train_many, with_run_dir, REPO_ROOT,
-                      DEFAULT_MODEL_PATH)
+from scrl_min import (arm_config, check_layout, eval_curve, mean_ci95, paired_contrasts, train_many,
+                      with_run_dir, REPO_ROOT, DEFAULT_MODEL_PATH)
 
 if len(seeds) < 2:
     raise ValueError(f"95% intervals need at least 2 seeds, got seeds={seeds}")
@@ -111,7 +111,10 @@ print(f"{len(jobs)} runs, {sum(r['seconds'] for recs in results.values() for r i
 #
 # Left: final clean reward minus the bf16 reference of the same mode and seed (negative: the mismatch
 # costs reward). Right: minus plain (positive: the correction helps). Each cell: the mean over seeds and,
-# below it, the 95% half-width; bold where the interval excludes 0, italic where it contains 0.
+# below it, the 95% half-width. The cells of both maps are one family of paired t tests, Holm-corrected:
+# colour (the scale beside the maps) fills only the cells whose Holm-adjusted p is below 0.05; a cell that
+# only its uncorrected 95% interval separates from 0 keeps a white face inside a coloured frame (not a
+# finding); every other cell is grey.
 
 # %%
 final = {k: float(np.mean(eval_curve(v)[1][-final_evals:])) for k, v in results.items()}
@@ -125,31 +128,49 @@ def paired(mode, label, arm, base):
     return np.array([final[(mode, label, arm, s)] for s in seeds]) - np.array(b)
 
 
+bases = {"reference": arms, plain_arm: arms[1:]}  # the two maps: base → its columns
+family = [(mode, label, arm, base) for base, cols in bases.items() for mode, label in rows for arm in cols]
+diffs = {" · ".join(key): paired(*key) for key in family}
+tests = paired_contrasts(diffs | {"0": np.zeros(len(seeds))}, [(name, "0") for name in diffs])
+tests = dict(zip(family, tests))  # per cell: mean, ci95, p, p_holm (Holm over all cells of both maps)
+
 maps = {}
-fig, axes = plt.subplots(1, 2, figsize=(15, 0.55 * len(rows) + 2.2))
-for ax, base in zip(axes, ("reference", plain_arm)):
-    cols = arms if base == "reference" else arms[1:]
-    M = np.zeros((len(rows), len(cols)))
-    H = np.zeros_like(M)
-    for i, (mode, label) in enumerate(rows):
-        for j, arm in enumerate(cols):
-            M[i, j], H[i, j] = mean_ci95(paired(mode, label, arm, base))
-    lim = max(0.05, np.abs(M).max())
-    ax.imshow(M, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
-    for i in range(len(rows)):
-        for j in range(len(cols)):
-            holds_0 = abs(M[i, j]) <= H[i, j]
-            ax.text(j, i, f"{M[i, j]:+.2f}\n±{H[i, j]:.2f}", ha="center", va="center", fontsize=7.5,
-                    color="white" if abs(M[i, j]) > 0.6 * lim else "black",
-                    fontstyle="italic" if holds_0 else "normal", fontweight="normal" if holds_0 else "bold")
+lim = max(0.05, max(abs(t["mean"]) for t in tests.values()))
+cmap = plt.get_cmap("RdBu")
+norm = plt.Normalize(-lim, lim)
+fig, axes = plt.subplots(1, 2, figsize=(15, 0.6 * len(rows) + 2.6), width_ratios=[len(arms), len(arms) - 1])
+for ax, (base, cols) in zip(axes, bases.items()):
+    cell = {(i, j): tests[(mode, label, arm, base)] for i, (mode, label) in enumerate(rows) for j, arm in enumerate(cols)}
+    for (i, j), t in cell.items():
+        holm_holds = t["p_holm"] < 0.05
+        raw_holds = abs(t["mean"]) > t["ci95"]
+        face = cmap(norm(t["mean"])) if holm_holds else "white" if raw_holds else "0.9"
+        edge = cmap(norm(t["mean"])) if raw_holds and not holm_holds else "white"
+        ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor=face, edgecolor=edge, lw=3 if edge != "white" else 1))
+        ax.text(j, i, f"{t['mean']:+.2f}\n±{t['ci95']:.2f}", ha="center", va="center", fontsize=9,
+                color="white" if holm_holds and abs(t["mean"]) > 0.6 * lim else "black")
+    ax.set_xlim(-0.5, len(cols) - 0.5)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xticks(range(len(cols)), cols)
-    ax.set_yticks(range(len(rows)), [f"{m} · {l}" for m, l in rows])
+    ax.set_yticks(range(len(rows)), [f"{m} · {l}" for m, l in rows] if base == "reference" else [])
     ax.set_title(f"final clean reward − {'bf16 reference' if base == 'reference' else base} (paired)")
-    maps[f"minus_{base}"] = {"rows": [f"{m} · {l}" for m, l in rows], "cols": cols, "mean": M.tolist(), "ci95": H.tolist()}
-fig.suptitle(f"Regime map: {len(seeds)} paired seeds, {steps} steps; bold: the 95% interval excludes 0, italic: it contains 0")
-fig.tight_layout()
-fig.savefig(fig_dir / "06_regime_map.png", dpi=110)
+    maps[f"minus_{base}"] = {"rows": [f"{m} · {l}" for m, l in rows], "cols": cols,
+                             **{k: [[cell[i, j][k] for j in range(len(cols))] for i in range(len(rows))]
+                                for k in ("mean", "ci95", "p", "p_holm")}}
+bar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes, fraction=0.025, pad=0.02)
+bar.set_label("paired difference (fills only Holm-adjusted p < 0.05)")
+n_holm = sum(t["p_holm"] < 0.05 for t in tests.values())
+n_raw = sum(abs(t["mean"]) > t["ci95"] for t in tests.values())
+fig.suptitle(f"Regime map, {len(seeds)} paired seeds, {steps} steps: {n_holm} of {len(tests)} cells hold after "
+             f"Holm (filled); {n_raw - n_holm} more only at the uncorrected 95% (framed); grey: neither")
+check_layout(fig)
+fig.savefig(fig_dir / "06_regime_map.png", dpi=110, bbox_inches="tight")
 plt.show()
+print(f"{n_holm} of {len(tests)} cells hold after Holm; {n_raw} exclude 0 at the uncorrected 95% level")
+for (mode, label, arm, base), t in tests.items():
+    if abs(t["mean"]) > t["ci95"]:
+        print(f"  {mode} · {label}: {arm} − {base} {t['mean']:+.3f} ± {t['ci95']:.3f}, p {t['p']:.3f}, "
+              f"Holm p {t['p_holm']:.3f}")
 
 # %% [markdown]
 # ## The corrections against one another

@@ -62,8 +62,8 @@ import json
 
 import numpy as np
 import matplotlib.pyplot as plt
-from scrl_min import (arm_config, eval_curve, mean_ci95, moving_average, train_many, with_run_dir, REPO_ROOT,
-                      DEFAULT_MODEL_PATH)
+from scrl_min import (arm_config, check_layout, eval_curve, mean_ci95, moving_average, train_many, with_run_dir,
+                      REPO_ROOT, DEFAULT_MODEL_PATH)
 
 ARM_PRESETS = {"ref": ("bf16", {}), "ref_sc": ("bf16", {"centering": True}),
                "plain": ("plain", {"noise_std": noise_std}), "sc": ("sc", {"noise_std": noise_std}),
@@ -97,46 +97,63 @@ results = dict(zip(jobs, train_many(list(jobs.values()), workers=workers)))
 print(f"{len(jobs)} runs, {sum(r['seconds'] for recs in results.values() for r in recs) / 60:.1f} CPU-thread minutes")
 
 # %% [markdown]
-# ## Curves: clean reward, entropy, length, per learning rate
+# ## Curves: clean reward and entropy, seed by seed
 #
-# One row per learning rate; thick lines: the mean over seeds with its 95% band, thin lines: each seed (a run
-# either collapses or does not, so the mean of a few seeds sits between two outcomes). Left: the clean
-# evaluation reward (the trainer's own policy on held-out prompts). Middle: the trainer's exact entropy per generated token (nats; moving
-# average over `smooth` steps). Right: ρ, the tail ratio (1 − Σ_H q) / (1 − Σ_H p) that the centering term
-# uses (1 when sampler and trainer agree on the tail's mass; 0 in a collapsed run, whose sampler tail is within
-# rounding of 0).
+# A run either collapses or does not, so a mean over a few seeds sits between two outcomes, and a t band
+# around it crosses 0 for quantities that cannot be negative: these figures draw every seed instead. One
+# panel per (learning rate, arm), one line per seed (the same colour is the same seed in every panel), the
+# panel's title counting the seeds whose final clean reward is below `collapse_below`. First figure: the clean
+# evaluation reward (the trainer's own policy on held-out prompts). Second: the trainer's exact entropy per
+# generated token (nats, log axis, moving average over `smooth` steps), where a collapse shows as a fall by
+# two orders of magnitude. ρ, the completion length, KL(q‖p) and the gradient norm per step are in the JSON
+# (`curves`).
 
 # %%
-colors = {"ref": "black", "ref_sc": "tab:gray", "plain": "tab:red", "sc": "tab:blue", "ref_raw": "tab:olive"}
-fig, axes = plt.subplots(len(lrs), 3, figsize=(16, 4.2 * len(lrs)), squeeze=False)
+final = {k: float(np.mean(eval_curve(v)[1][-final_evals:])) for k, v in results.items()}
+seed_colors = dict(zip(seeds, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4))
 curves = {}
-for i, lr in enumerate(lrs):
+for name, ylabel in (("09_signed_mode", "clean eval reward"), ("09_signed_entropy", "trainer entropy (nats/token)")):
+    fig, axes = plt.subplots(len(lrs), len(arms), figsize=(3.2 * len(arms), 3.0 * len(lrs) + 0.8),
+                             sharex=True, sharey=True, squeeze=False)
+    for i, lr in enumerate(lrs):
+        for j, arm in enumerate(arms):
+            ax = axes[i, j]
+            for s in seeds:
+                recs = results[(arm, lr, s)]
+                if name == "09_signed_mode":
+                    x, y = eval_curve(recs)
+                else:
+                    y = np.maximum(moving_average([r["entropy_p"] for r in recs], smooth), 1e-4)
+                    x = np.arange(len(y))  # the policy of step k has had k updates
+                ax.plot(x, y, color=seed_colors[s], lw=1.4, label=f"seed {s}")
+            n_coll = sum(final[(arm, lr, s)] < collapse_below for s in seeds)
+            ax.set_title(f"{arm} · lr {lr:g}: {n_coll}/{len(seeds)} collapsed", fontsize=10)
+            if name == "09_signed_entropy":
+                ax.set_yscale("log")
+            if j == 0:
+                ax.set_ylabel(ylabel)
+            if i == len(lrs) - 1:
+                ax.set_xlabel("RL updates")
+    axes[0, -1].legend(fontsize=8, loc="lower right" if name == "09_signed_mode" else "lower left")
+    what = "clean reward" if name == "09_signed_mode" else "trainer entropy"
+    fig.suptitle(f"Signed rewards (A = 2r − 1), {what} per seed: ref, ref_sc no mismatch; plain, sc FP8 + "
+                 f"σ = {noise_std}; ref_raw raw rewards (A = r)")
+    fig.tight_layout()
+    check_layout(fig)
+    fig.savefig(fig_dir / f"{name}.png", dpi=110)
+    plt.show()
+for lr in lrs:
     for arm in arms:
-        x = eval_curve(results[(arm, lr, seeds[0])])[0]
-        E = np.array([eval_curve(results[(arm, lr, s)])[1] for s in seeds])
-        H = np.array([moving_average([r["entropy_p"] for r in results[(arm, lr, s)]], smooth) for s in seeds])
-        R = np.array([moving_average([r["rho_mean"] for r in results[(arm, lr, s)]], smooth) for s in seeds])
-        for ax, Y, xx in ((axes[i, 0], E, x), (axes[i, 1], H, np.arange(H.shape[1])), (axes[i, 2], R, np.arange(R.shape[1]))):
-            m, h = mean_ci95(Y)
-            ax.plot(xx, m, color=colors.get(arm), label=arm, lw=2 if arm in ("ref", "sc") else 1.3,
-                    ls="--" if arm == "ref_sc" else "-")
-            ax.fill_between(xx, m - h, m + h, color=colors.get(arm), alpha=0.08)
-            ax.plot(xx, Y.T, color=colors.get(arm), lw=0.5, alpha=0.5)  # each seed: collapse is all or nothing
-        curves[f"{arm}/lr={lr}"] = {"updates": x.tolist(), "eval_reward": E.tolist(),
+        curves[f"{arm}/lr={lr}"] = {"updates": eval_curve(results[(arm, lr, seeds[0])])[0].tolist(),
+                                    "eval_reward": [eval_curve(results[(arm, lr, s)])[1].tolist() for s in seeds],
                                     **{k: [[r.get(k) for r in results[(arm, lr, s)]] for s in seeds]
                                        for k in ("reward", "entropy_p", "entropy_q", "rho_mean", "completion_len",
                                                  "kl_qp", "grad_norm")}}
-    axes[i, 0].set_ylabel(f"lr {lr}: clean eval reward")
-    axes[i, 1].set_ylabel("trainer entropy per token (nats)")
-    axes[i, 2].set_ylabel("ρ (tail ratio), mean over tokens")
-    for ax in axes[i]:
-        ax.set_xlabel("RL updates" if ax is axes[i, 0] else "RL step")
-axes[0, 0].legend(fontsize=8)
-fig.suptitle(f"Signed rewards (A = 2r − 1): no mismatch (ref, ref_sc) and FP8 + σ = {noise_std} (plain, sc); "
-             f"ref_raw: raw rewards (A = r); {len(seeds)} paired seeds, mean and 95% band")
-fig.tight_layout()
-fig.savefig(fig_dir / "09_signed_mode.png", dpi=110)
-plt.show()
+(fig_dir / "09_signed_entropy.json").write_text(json.dumps(  # the numbers behind the entropy figure
+    {"smooth": smooth, "collapse_below": collapse_below, "seeds": seeds,
+     "entropy_p": {k: v["entropy_p"] for k, v in curves.items()},
+     "collapsed": {f"{arm}/lr={lr}": [s for s in seeds if final[(arm, lr, s)] < collapse_below]
+                   for arm in arms for lr in lrs}}, indent=1))
 
 # %% [markdown]
 # ## Final reward, collapses, and paired differences
@@ -147,7 +164,6 @@ plt.show()
 # difference to `ref` (the no-mismatch run of the same seed and learning rate).
 
 # %%
-final = {k: float(np.mean(eval_curve(v)[1][-final_evals:])) for k, v in results.items()}
 ent = {k: float(np.mean([r["entropy_p"] for r in v[-10:]])) for k, v in results.items()}
 gnorm = {k: float(np.mean([r["grad_norm"] for r in v[:10]])) for k, v in results.items()}
 table = {}
@@ -176,7 +192,7 @@ params = dict(model=model, arms=arms, lrs=lrs, seeds=seeds, advantage_mode=advan
               steps=steps, prompts_per_step=prompts_per_step, group_size=group_size, max_new_tokens=max_new_tokens,
               eval_every=eval_every, final_evals=final_evals, collapse_below=collapse_below)
 (fig_dir / "09_signed_mode.json").write_text(json.dumps({"parameters": params, "final": table, "curves": curves}, indent=1))
-print(f"saved {figures_dir}/09_signed_mode.png and {figures_dir}/09_signed_mode.json")
+print(f"saved {figures_dir}/09_signed_mode.png, 09_signed_entropy.png and 09_signed_mode.json")
 
 # %% [markdown]
 # ### Is the difference in collapses more than chance? And how fast do twin runs part?

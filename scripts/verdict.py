@@ -122,31 +122,41 @@ def forest_table(rs: list) -> str:
     return "\n".join(lines)
 
 
-def forest_plot(rs: list, path: Path) -> None:
+def forest_plot(rs: list, path: Path = None, fontsize: float = 6.5, width: float = 10,
+                title: str = "Every paired contrast, one family (Holm over all rows)"):
+    """One row per contrast of `rs` (rows of `with_tests`: their Holm intervals stay those of the whole family
+    even when `rs` is a subset): the 95% interval thick, the Holm-level one thin, the point filled where
+    Holm p < 0.05, the row's KL(q‖p) at the right. Saved to `path` when given; returns the figure."""
     import matplotlib
 
-    matplotlib.use("Agg")
+    if path is not None:
+        matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(10, 0.26 * len(rs) + 1.6))
+    row_h = 0.04 * fontsize
+    fig, ax = plt.subplots(figsize=(width, row_h * len(rs) + 0.25 * fontsize))
     colors = {"02": "tab:blue", "11": "tab:green", "06": "tab:purple", "07": "tab:orange"}
     for i, r in enumerate(rs):
         c = colors.get(r["source"], "k")
         lim = 1.0  # rewards lie in [0, 1]: a difference beyond ±1 is off the scale
         ax.plot([max(r["mean"] - r["ci_holm"], -lim), min(r["mean"] + r["ci_holm"], lim)], [i, i], color=c, lw=0.8, alpha=0.6)
-        ax.plot([r["mean"] - r["ci95"], r["mean"] + r["ci95"]], [i, i], color=c, lw=2.6)
-        ax.plot(r["mean"], i, "o", color=c if r["p_holm"] < 0.05 else "white", mec=c, ms=5)
+        ax.plot([r["mean"] - r["ci95"], r["mean"] + r["ci95"]], [i, i], color=c, lw=0.4 * fontsize)
+        ax.plot(r["mean"], i, "o", color=c if r["p_holm"] < 0.05 else "white", mec=c, ms=0.8 * fontsize)
         if r["kl"] is not None:
-            ax.text(1.04, i, f"{r['kl']:.1e}", va="center", fontsize=6.5, transform=ax.get_yaxis_transform())
+            ax.text(1.02, i, f"{r['kl']:.1e}", va="center", fontsize=fontsize, transform=ax.get_yaxis_transform())
     ax.axvline(0, color="0.3", lw=0.8)
-    ax.set_yticks(range(len(rs)), [f"{r['source']} · {r['setting']} · {r['contrast']}" for r in rs], fontsize=6.5)
-    ax.invert_yaxis()
+    ax.set_yticks(range(len(rs)), [f"{r['source']} · {r['setting']} · {r['contrast']}" for r in rs], fontsize=fontsize)
+    ax.tick_params(axis="x", labelsize=fontsize)
+    ax.set_ylim(len(rs) - 0.4, -1.4)  # top to bottom, room above the first row for the KL heading
     ax.set_xlim(-1, 1)
-    ax.set_xlabel("paired difference in final clean reward (thick: 95%; thin: Holm level over all rows; filled: Holm p < 0.05)")
-    ax.text(1.04, -1.2, "KL", fontsize=7, transform=ax.get_yaxis_transform())
-    ax.set_title("Every paired contrast, one family (Holm over all rows)", fontsize=10)
+    ax.set_xlabel("paired difference in final clean reward (thick: 95%; thin: Holm level over all rows; "
+                  "filled: Holm p < 0.05)", fontsize=fontsize)
+    ax.text(1.02, -0.9, "KL", fontsize=fontsize, transform=ax.get_yaxis_transform())
+    ax.set_title(title, fontsize=1.4 * fontsize)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    if path is not None:
+        fig.savefig(path, dpi=120)
+    return fig
 
 
 def _find(rs, source, contrast, setting_prefix=None):

@@ -608,6 +608,36 @@ def band_plot(ax, x, Y, label: str = None, color=None, lw: float = 1.5, nonnegat
     return m, h
 
 
+def check_layout(fig) -> None:
+    """A figure fit for a slide: no legend covers a bar of its own axes, and no title, suptitle,
+    legend or table overlaps another. Draws the figure (pixel boxes need a renderer); call it just
+    before `savefig`. Raises ValueError naming the two overlapping elements and their axes titles."""
+    from matplotlib.patches import Rectangle
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [("suptitle", fig._suptitle)] if fig._suptitle is not None and fig._suptitle.get_text() else []
+    for ax in fig.axes:
+        name = ax.get_title() or "an untitled axes"
+        boxes += [(f"title of {name!r}", ax.title)] if ax.get_title() else []
+        boxes += [(f"legend of {name!r}", ax.get_legend())] if ax.get_legend() is not None else []
+        boxes += [(f"table in {name!r}", t) for t in ax.tables]
+        legend = ax.get_legend()
+        if legend is None:
+            continue
+        box = legend.get_window_extent(renderer)
+        for bar in ax.patches:
+            if isinstance(bar, Rectangle) and np.isfinite(bar.get_height()) and bar.get_height() != 0 \
+                    and bar.get_visible() and bar.get_window_extent(renderer).overlaps(box):
+                raise ValueError(f"the legend of {name!r} covers a bar (x = {bar.get_x():g}, height "
+                                 f"{bar.get_height():.3g}): give the axes headroom or move the legend")
+    extents = [(label, artist.get_window_extent(renderer)) for label, artist in boxes]
+    for i, (a, box_a) in enumerate(extents):
+        for b, box_b in extents[i + 1:]:
+            if box_a.overlaps(box_b):
+                raise ValueError(f"the {a} overlaps the {b}")
+
+
 
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 # The command line: python -m scrl_min

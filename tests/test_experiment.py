@@ -255,3 +255,36 @@ def test_final_reward_auc_and_collapse_from_a_hand_made_run():
     assert scrl_min.curve_auc(recs) == pytest.approx(0.3)
     assert scrl_min.final_reward(recs, last=2) == pytest.approx(0.4)
     assert scrl_min.collapsed(recs) and not scrl_min.collapsed(recs[:2])
+
+
+def test_check_layout_catches_a_legend_over_bars_and_a_table_under_a_caption():
+    """The checks behind notebook 04's figure fix: a legend drawn over a bar and a table whose top
+    row runs into its caption both fail, with the elements named; the fixed layouts pass."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.bar([0, 1, 2], [1.0, 0.9, 0.95], label="a long legend label that spans the bars")
+    ax.set_title("bars")
+    ax.legend(loc="upper left")
+    with pytest.raises(ValueError, match="legend of 'bars' covers a bar"):
+        scrl_min.check_layout(fig)
+    ax.set_ylim(0, 2.2)  # headroom above the tallest bar
+    scrl_min.check_layout(fig)
+    plt.close(fig)
+
+    fig, tab = plt.subplots(figsize=(6, 2))
+    tab.axis("off")
+    rows = [[str(i), f"{i / 7:.3f}"] for i in range(6)]
+    tab.table(cellText=rows, colLabels=["row", "value"], loc="center").scale(1, 1.6)
+    tab.set_title("caption of the table")
+    with pytest.raises(ValueError, match="title of 'caption of the table' overlaps the table"):
+        scrl_min.check_layout(fig)
+    plt.close(fig)
+    fig, tab = plt.subplots(figsize=(6, 2))
+    tab.axis("off")
+    tab.table(cellText=rows, colLabels=["row", "value"], bbox=[0, 0, 1, 0.9])
+    tab.set_title("caption of the table")
+    scrl_min.check_layout(fig)
+    plt.close(fig)
