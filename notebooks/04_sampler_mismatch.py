@@ -672,10 +672,10 @@ print(f"notebook run time (after imports): {time.perf_counter() - t_start:.1f} s
 #   estimate (1.0e-3 of 1.2e-3 for FP8, 0.0123 of 0.0136 with σ = 0.1, 4.1e-3 of 4.5e-3 for vLLM
 #   fp8_kv at T = 1); the $k_1$ estimate is the noisiest (vLLM bf16 at T = 0.7: 7.6e-4 against $k_3$
 #   8.9e-5).
-# - **Time.** Generating the 128 completions with top-128 log-probs took 1.3 to 2.0 s for each torch
-#   sampler (1500-2300 tokens/s) and 0.8-0.9 s for vLLM (about 3600 tokens/s, bf16 or fp8_kv), after
-#   1.4-7 s of engine start and verified push. On this CPU (AMX) vLLM is the faster sampler; on the
-#   AVX2 machine of the previous run it was the slower one (330 tokens/s).
+# - **Time** (the one machine-bound number here: other CPUs, other times). Generating the 128 completions
+#   with top-128 log-probs took 0.6 to 0.9 s for each torch sampler (3300-4900 tokens/s) and 0.5 s for
+#   vLLM (about 6000 tokens/s, bf16 or fp8_kv), after 0.4-5 s of engine start and verified push. On this
+#   CPU (AMX) vLLM is the faster sampler; on an AVX2-only AMD EPYC it was the slower one (330 tokens/s).
 # - **Severity as real numerics** (section 5, T = 1; mean $|\Delta|$ / KL $k_3$, float32 KV cache →
 #   FP8 KV cache): bf16 7.4e-7 / 5e-13 → 0.021 / 4.6e-4; int8 0.0061 / 3.7e-5 → 0.022 / 5.2e-4;
 #   int8 W8A8 0.017 / 2.7e-4 → 0.026 / 7.0e-4; fp8 (e4m3 W8A8) 0.035 / 1.2e-3 → 0.041 / 1.7e-3;
