@@ -178,7 +178,7 @@ figure("06_regime_map.png", 900)
 display(Markdown(verdict.readme_table(rows)))
 
 # %% [markdown] tags=["slide"]
-# ## Every paired contrast, one family
+# ## The contrasts that decide it, in one Holm family
 
 # %%
 key = [r for r in rows if r["source"] == "02" or r["p_holm"] < 0.05 or "σ 0.2" in r["setting"]]
