@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -148,13 +147,9 @@ def main() -> None:
     if not a.write:
         print("\n\n".join(f"<!-- results:{k} -->\n{v}\n<!-- /results:{k} -->" for k, v in out.items()))
         return
-    readme = PAGE.read_text()
-    for name, text in out.items():
-        pat = re.compile(rf"<!-- results:{name} -->\n(?:.*?\n)?<!-- /results:{name} -->", re.S)
-        if not pat.search(readme):
-            raise SystemExit(f"docs/results.md has no <!-- results:{name} --> block")
-        readme = pat.sub(lambda _: f"<!-- results:{name} -->\n{text}\n<!-- /results:{name} -->", readme)
-    PAGE.write_text(readme)
+    from verdict import write_blocks  # the same block replacement as the verdict page's
+
+    write_blocks(PAGE, out, kind="results")
     print(f"docs/results.md: wrote {sorted(out)}")
 
 

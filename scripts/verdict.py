@@ -340,14 +340,15 @@ def readme_blocks(rs=None) -> dict:
     return {"readme": readme_table(rs)}
 
 
-def write_blocks(path: Path, made: dict) -> None:
-    """Replace each <!-- verdict:NAME --> block of the file at `path` by made[NAME]; SystemExit when one is missing."""
+def write_blocks(path: Path, made: dict, kind: str = "verdict") -> None:
+    """Replace each <!-- KIND:NAME --> block of the file at `path` by made[NAME]; SystemExit when one is missing.
+    (scripts/results_table.py writes its `results` blocks with it too.)"""
     text_ = path.read_text()
     for name, text in made.items():
-        text_, n = re.subn(rf"<!-- verdict:{name} -->\n(?:.*?\n)?<!-- /verdict:{name} -->",
-                           lambda m: f"<!-- verdict:{name} -->\n{text}\n<!-- /verdict:{name} -->", text_, flags=re.S)
+        text_, n = re.subn(rf"<!-- {kind}:{name} -->\n(?:.*?\n)?<!-- /{kind}:{name} -->",
+                           lambda m: f"<!-- {kind}:{name} -->\n{text}\n<!-- /{kind}:{name} -->", text_, flags=re.S)
         if n != 1:
-            raise SystemExit(f"{path.relative_to(REPO)} has no block verdict:{name}")
+            raise SystemExit(f"{path.relative_to(REPO)} has no block {kind}:{name}")
     path.write_text(text_)
 
 
@@ -363,7 +364,7 @@ def main(argv=None) -> None:
         return
     write_blocks(PAGE, made)
     write_blocks(README, readme_blocks(rs))
-    forest_plot(rs, FIG / "verdict_forest.png")
+    forest_plot(rs, FIG / "verdict_forest.png", fontsize=8.5, width=12)
     (FIG / "verdict_forest.json").write_text(json.dumps(rs, indent=1))
     print(f"wrote {PAGE.relative_to(REPO)} and figures/verdict_forest.{{png,json}} ({len(rs)} rows)")
 
