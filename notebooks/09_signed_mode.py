@@ -31,10 +31,12 @@
 # sample moves probability away from what was drawn, a large zero-mean kick whose size grows with |A|
 # and the learning rate.
 #
-# **Run time**: the default parameters (5 arms × 2 learning rates × 4 seeds × 100 steps: 40 runs, 53.8
-# CPU-thread minutes) take about 27 minutes on 2 CPU cores, two runs at a time; from a fresh clone
-# (2026-12-02, after the speed work) 25 min 3 s, 49.1 CPU-thread minutes, the same JSON byte for byte. `make reproduce-full` writes `figures/09_signed_mode.*`;
-# the defaults write `runs/figures/09_signed_mode.{png,json}`.
+# **Run time**: the default parameters (5 arms × 2 learning rates × 4 seeds × 100 steps: 40 runs) take
+# 20-27 minutes on 2 CPU cores, two runs at a time, by CPU. Measured from fresh clones on two CPU models:
+# 25 min 3 s (49.1 CPU-thread minutes) and 20 min 12 s (39.4), the same JSON byte for byte. The committed outputs were then redrawn from the second run's saved runs (only the
+# legend's place changed), which is why their bar over runs shows seconds: a finished run is read back,
+# not trained again. `make reproduce-full` writes `figures/09_signed_mode.*` and `figures/09_signed_entropy.*`;
+# the defaults write them under `runs/figures/`.
 
 # %% tags=["parameters"]
 # Parameters (papermill replaces this cell; CI shrinks it through notebooks/ci_parameters.yaml)
@@ -134,7 +136,8 @@ for name, ylabel in (("09_signed_mode", "clean eval reward"), ("09_signed_entrop
                 ax.set_ylabel(ylabel)
             if i == len(lrs) - 1:
                 ax.set_xlabel("RL updates")
-    axes[0, -1].legend(fontsize=8, loc="lower right" if name == "09_signed_mode" else "lower left")
+    # in the last panel's empty corner: above its curves (reward), below them (entropy)
+    axes[-1, -1].legend(fontsize=8, loc="upper right" if name == "09_signed_mode" else "lower left")
     what = "clean reward" if name == "09_signed_mode" else "trainer entropy"
     fig.suptitle(f"Signed rewards (A = 2r − 1), {what} per seed: ref, ref_sc no mismatch; plain, sc FP8 + "
                  f"σ = {noise_std}; ref_raw raw rewards (A = r)")
@@ -292,8 +295,8 @@ saved["entropy_pull"] = dict(pull_prompts=pull_prompts, completions=len(pull_ids
 # %% [markdown]
 # ## What the measurement shows
 #
-# Measured by `make reproduce-full` (40 runs, 53.8 CPU-thread minutes, about 27 minutes on two workers). Final
-# clean reward, mean ± 95% over 4 paired seeds.
+# Measured by `make reproduce-full` (40 runs, 20-27 minutes on two workers by CPU). Final clean reward,
+# mean ± 95% over 4 paired seeds.
 #
 # * **The puzzle does not replicate as stated.** Under the current trainer the no-mismatch reference collapses
 #   in 1 of 4 seeds at lr 0.5 and 0 of 4 at lr 0.25, and FP8 + SC in 1 of 4 and 0 of 4: the same rates

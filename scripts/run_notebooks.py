@@ -104,6 +104,29 @@ def drop_stale_provenance(model, **_) -> None:
         del meta["scrl_min_run"]
 
 
+def collapse_progress(nb) -> None:
+    """Store each cell's streams as a notebook front end shows them: consecutive outputs of one stream
+    joined, and of a line that carriage returns rewrite (a tqdm bar) only its last state kept. A bar over
+    40 runs otherwise stores 40 outputs that display as one line."""
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        merged = []
+        for o in cell.get("outputs", []):
+            if (o["output_type"] == "stream" and merged and merged[-1]["output_type"] == "stream"
+                    and merged[-1]["name"] == o["name"]):
+                prev = merged[-1]["text"]
+                merged[-1]["text"] = ("".join(prev) if isinstance(prev, list) else prev) + (
+                    "".join(o["text"]) if isinstance(o["text"], list) else o["text"])
+            else:
+                merged.append(o)
+        for o in merged:
+            if o["output_type"] == "stream":
+                text = "".join(o["text"]) if isinstance(o["text"], list) else o["text"]
+                o["text"] = "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] for line in text.split("\n"))
+        cell["outputs"] = merged
+
+
 def clean_executed(src: Path, dst: Path, params: dict, command: str = "make reproduce") -> None:
     """Copy an executed notebook to dst without papermill's injected cell and metadata, keeping the
     outputs; the run's parameters are recorded in the notebook metadata ("scrl_min_run")."""
@@ -116,6 +139,7 @@ def clean_executed(src: Path, dst: Path, params: dict, command: str = "make repr
         c.metadata.pop("execution", None)
         if not c.metadata.get("tags", True):  # papermill adds an empty tag list to every cell
             del c.metadata["tags"]
+    collapse_progress(nb)
     nb.metadata.pop("papermill", None)
     nb.metadata.pop("widgets", None)  # state of a widget no cell output shows
     nb.metadata.kernelspec["display_name"] = "Python 3 (ipykernel)"  # as JupyterLab names python3

@@ -99,6 +99,20 @@ def test_committed_outputs_render_and_stay_lean(path):
     assert path.stat().st_size < 1_500_000, f"{path.name}: {path.stat().st_size} bytes"
 
 
+def test_progress_bar_updates_are_stored_as_shown():
+    """A tqdm bar's updates (carriage returns over several stream outputs) are stored as the one line a
+    front end shows; other text and the order of stdout against other outputs are kept."""
+    image = {"output_type": "display_data", "data": {"image/png": "AA=="}, "metadata": {}}
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x")])
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text=t) for t in
+                           ("\rruns:   0%| 0/40", "\rruns:  50%| 20/40", ["\rruns: 100%| 40/40", "\n"],
+                            "40 runs, 1.0 CPU-thread minutes\n")] + [image, nbformat.v4.new_output(
+                                "stream", name="stdout", text="after\r\nend\n")]
+    run_notebooks.collapse_progress(nb)
+    assert [o.get("text") for o in nb.cells[0].outputs] == [
+        "runs: 100%| 40/40\n40 runs, 1.0 CPU-thread minutes\n", None, "after\nend\n"]
+
+
 def test_all_notebooks_together_stay_small():
     assert sum(p.stat().st_size for p in NOTEBOOKS) < 5_000_000  # 11 notebooks, about 0.4 MB each at most
 
