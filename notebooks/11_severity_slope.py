@@ -70,9 +70,10 @@ import json
 
 import numpy as np
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 import scrl_min
-from scrl_min import (DEFAULT_MODEL_PATH, REPO_ROOT, arm_config, final_reward, holm, mean_ci95, paired_contrasts,
-                      run_grid, with_run_dir)
+from scrl_min import (DEFAULT_MODEL_PATH, REPO_ROOT, arm_config, check_layout, final_reward, holm, mean_ci95,
+                      paired_contrasts, run_grid, with_run_dir)
 
 if len(seeds) < 3:
     raise ValueError(f"a slope with an interval over seeds needs at least 3 seeds, got seeds={seeds}")
@@ -160,19 +161,23 @@ for name, ph in zip(names, holm([slopes[n]["p"] for n in names])):
 
 # %%
 colors = {"plain": "tab:red", "tis": "tab:orange", "mis": "tab:purple", "sc": "tab:blue", "sc_mis": "tab:green"}
-fig, axes = plt.subplots(1, 1 + len(contrasts), figsize=(5 * (1 + len(contrasts)), 4.4))
+fig, axes = plt.subplots(1, 1 + len(contrasts), figsize=(5 * (1 + len(contrasts)), 4.6))
 by_kl = sorted(rungs, key=lambda r: per_rung[r]["kl_run_mean"])  # lines join rungs in order of their KL
 xk = np.array([per_rung[r]["kl_run_mean"] for r in by_kl])
-for j, arm in enumerate(arms):
-    m = np.array([per_rung[r]["final"][arm]["mean"] for r in by_kl])
-    h = np.array([per_rung[r]["final"][arm]["ci95"] for r in by_kl])
-    axes[0].errorbar(xk * 1.04 ** (j - 1), m, yerr=h, fmt="o-", color=colors.get(arm), label=arm, capsize=3, ms=4)
-for rung, x0 in zip(by_kl, xk):
-    axes[0].annotate(rung, (x0, 0.02), rotation=90, fontsize=7, color="0.4", ha="center", va="bottom")
+for j, arm in enumerate(arms):  # the seeds themselves (a reward lies in [0, 1]; a t band around 5 can leave it)
+    shift = 1.06 ** (j - (len(arms) - 1) / 2)  # arms side by side at each rung
+    seeds_y = np.array([per_rung[r]["final"][arm]["per_seed"] for r in by_kl])  # (rungs, seeds)
+    axes[0].scatter(np.repeat(xk * shift, seeds_y.shape[1]), seeds_y.ravel(), s=10, color=colors.get(arm), alpha=0.35,
+                    lw=0)
+    axes[0].plot(xk * shift, seeds_y.mean(1), "o-", color=colors.get(arm), label=arm, ms=4)
 axes[0].set_xscale("log")
+top = axes[0].secondary_xaxis("top")  # each rung named above its KL
+top.set_xticks(xk, by_kl, rotation=35, ha="left", fontsize=7, color="0.35")
+top.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
 axes[0].set_xlabel("run-mean KL(q‖p) per token (log)")
-axes[0].set_ylabel("final clean reward, mean ± 95%")
-axes[0].legend(fontsize=8)
+axes[0].set_ylabel("final clean reward (dots: seeds; line: mean)")
+axes[0].set_ylim(-0.03, 1.3 * max(max(v["final"][a]["per_seed"]) for v in per_rung.values() for a in arms))
+axes[0].legend(fontsize=8, loc="upper center", ncol=len(arms))
 for ax, name in zip(axes[1:], names):
     s = slopes[name]
     x, y = np.array(s["x"]), np.array(s["y"])
@@ -180,14 +185,16 @@ for ax, name in zip(axes[1:], names):
     grid = np.linspace(x.min(), x.max(), 50)
     a0 = y.mean() - s["slope"] * x.mean()
     ax.plot(10 ** grid, a0 + s["slope"] * grid, color="tab:blue",
-            label=f"slope {s['slope']:+.2f} ± {s['ci95']:.2f} (Holm p = {s['p_holm']:.2f})")
+            label=f"slope {s['slope']:+.2f} ± {s['ci95']:.2f} per tenfold KL (Holm p = {s['p_holm']:.1g})")
     ax.axhline(0, color="0.3", lw=0.8)
+    ax.set_ylim(y.min() - 0.05, y.max() + 0.4 * (y.max() - y.min()))  # room for the legend above the points
     ax.set_xscale("log")
     ax.set_xlabel("KL(q‖p) of the pair (log)")
     ax.set_ylabel(f"{name}, final clean reward (paired)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left")
 fig.suptitle(f"Severity ladder, {advantage_mode} advantages, {len(seeds)} paired seeds: does SC's edge grow with KL?")
 fig.tight_layout()
+check_layout(fig)
 fig.savefig(fig_dir / "11_severity_slope.png", dpi=110)
 plt.show()
 params = dict(model=model, severity_formats=severity_formats, severity_noise=severity_noise, arms=arms,
