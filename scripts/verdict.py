@@ -25,8 +25,12 @@ PAGE = REPO / "docs" / "verdict.md"
 README = REPO / "README.md"
 
 
-def _load(name):
-    path = FIG / name
+OTHER_CPU = FIG / "other_cpu"  # the same notebooks, code and seeds run on another CPU model (a replicate)
+
+
+def _load(name, fig: Path = FIG):
+    """figures/NAME, or fig/NAME where `fig` (figures/other_cpu/) has that file."""
+    path = fig / name if (fig / name).exists() else FIG / name
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -34,11 +38,13 @@ def _row(source, setting, name, diffs, kl=None):
     return dict(source=source, setting=setting, contrast=name, per_seed=[float(d) for d in diffs], kl=kl)
 
 
-def rows() -> list:
+def rows(fig: Path = FIG) -> list:
     """Every paired contrast of the committed JSON, as (source, setting, contrast, per-seed differences,
-    KL), in page order: the headline (02), the severity ladder (11), the regime map (06), staleness (07)."""
+    KL), in page order: the headline (02), the severity ladder (11), the regime map (06), staleness (07).
+    With fig=OTHER_CPU, the notebooks that folder holds come from there: the same family of rows with
+    another CPU model's runs where it has them."""
     out = []
-    d = _load("02_fp8_arms.json")
+    d = _load("02_fp8_arms.json", fig)
     if d:
         fin = {a: np.array(v["final_eval_per_seed"]) for a, v in d["final"].items()}
         kl = d.get("kl_qp_step0", {}).get("plain")
@@ -48,7 +54,7 @@ def rows() -> list:
             a, b = name.split(" − ")
             if a in fin and b in fin:
                 out.append(_row("02", setting, name, fin[a] - fin[b], kl))
-    d = _load("11_severity_slope.json")
+    d = _load("11_severity_slope.json", fig)
     if d:
         for rung in d["rungs"]:
             r = d["per_rung"][rung]
@@ -56,7 +62,7 @@ def rows() -> list:
                 a, b = name.split(" − ")
                 diffs = np.array(r["final"][a]["per_seed"]) - np.array(r["final"][b]["per_seed"])
                 out.append(_row("11", f"{rung}, {d['parameters']['advantage_mode']}", name, diffs, r["kl_run_mean"]))
-    d = _load("06_regime_map.json")
+    d = _load("06_regime_map.json", fig)
     if d:
         p, runs = d["parameters"], d["final_per_run"]
         for mode in p["modes"]:
@@ -71,7 +77,7 @@ def rows() -> list:
                     if all(x == "reference" or x in p["arms"] for x in (a, b)):
                         diffs = [f(a, s) - f(b, s) for s in p["seeds"]]
                         out.append(_row("06", f"{label}, {mode}", f"{a} − {b}".replace("reference", "bf16"), diffs, kl))
-    d = _load("07_staleness.json")
+    d = _load("07_staleness.json", fig)
     if d:
         p, fin = d["parameters"], d["final"]
         for s in p["staleness"]:
@@ -191,9 +197,32 @@ def _short_status(st: str) -> str:
     return st.split(":")[0].split(" (")[0]
 
 
-def claims(rs: list) -> list:
+REPLICATED = {"02": "02_fp8_arms.json", "11": "11_severity_slope.json"}  # notebooks figures/other_cpu/ may hold
+
+
+def replicate_rows() -> list | None:
+    """with_tests(rows(OTHER_CPU)) when figures/other_cpu/ holds a notebook's JSON, else None."""
+    return with_tests(rows(OTHER_CPU)) if any((OTHER_CPU / f).exists() for f in REPLICATED.values()) else None
+
+
+def both_cpus(st: str, st2: str | None) -> str:
+    """One claim's status over two CPU models' runs of the same code and seeds: reproduced only where both
+    reproduce it; reproduced on one and not the other is not established."""
+    if st2 is None:
+        return st
+    rep, rep2 = st.startswith("**reproduced"), st2.startswith("**reproduced")
+    if rep and rep2:
+        return "**reproduced** on both CPU models' runs"
+    if rep or rep2:
+        return ("not established: reproduced on one CPU model's runs, not on the other's (the same code and seeds; "
+                "figures/other_cpu/)")
+    return st
+
+
+def claims(rs: list, other: list | None = None) -> list:
     """Each claim of the article as a dict: claim, where, number (with Holm p and seeds), short (mean ± 95%),
-    status (reproduced / contradicted / not resolved / untested here, and why)."""
+    status (reproduced / contradicted / not resolved / untested here, and why). `other`: the same rows from
+    another CPU model's runs (replicate_rows), used for the notebooks figures/other_cpu/ holds."""
     h = _load("02_fp8_arms.json")
     n02 = len(h["parameters"]["seeds"]) if h else 0
     head = f"02 · {h.get('setting', 'FP8 + σ 0.1')}, raw, {n02} seeds" if h else "02"
@@ -203,7 +232,12 @@ def claims(rs: list) -> list:
     out = []
 
     def add(claim, where, r, direction, note=""):
-        out.append(dict(claim=claim, where=where, number=cell(r) + note, status=status(r, direction),
+        r2 = None
+        if r is not None and other is not None and (OTHER_CPU / REPLICATED.get(r["source"], "-")).exists():
+            r2 = _find(other, r["source"], r["contrast"], r["setting"])
+        number = cell(r) + note + ("" if r2 is None else f"; on another CPU model {cell(r2)}")
+        out.append(dict(claim=claim, where=where, number=number,
+                        status=both_cpus(status(r, direction), None if r2 is None else status(r2, direction)),
                         short="–" if r is None else f"{fmt(r['mean'], d=2)} ± {r['ci95']:.2f} ({r['n']} seeds)"))
 
     add("A mismatched sampler costs plain training reward (plain < no-mismatch reference)", head,
@@ -216,18 +250,26 @@ def claims(rs: list) -> list:
     add("SC matches or beats MIS", head, _find(rs, "02", "sc − mis"), +1)
     add("SC + IS beats IS (SC+MIS > MIS)", head, _find(rs, "02", "sc_mis − mis"), +1,
         "; where every ratio and ρ are in the band, SC+MIS is MIS exactly (docs/method.md)")
+    sl2 = _load(REPLICATED["11"], OTHER_CPU) if (OTHER_CPU / REPLICATED["11"]).exists() else None
+
+    def slope_status(v):
+        return ("**reproduced**" if v["p_holm"] < 0.05 and v["slope"] > 0 else
+                "**contradicted**" if v["p_holm"] < 0.05 else "not resolved: the interval contains 0"
+                if v["slope"] - v["ci95"] < 0 < v["slope"] + v["ci95"] else
+                "not resolved: the 95% interval excludes 0, Holm's correction does not")
+
     if sl:
         for name, v in sl["slopes"].items():
-            st = ("**reproduced**" if v["p_holm"] < 0.05 and v["slope"] > 0 else
-                  "**contradicted**" if v["p_holm"] < 0.05 else "not resolved: the interval contains 0"
-                  if v["slope"] - v["ci95"] < 0 < v["slope"] + v["ci95"] else
-                  "not resolved: the 95% interval excludes 0, Holm's correction does not")
+            v2 = sl2["slopes"].get(name) if sl2 else None
             out.append(dict(claim=f"SC's edge grows with the mismatch ({name} against log10 KL)",
                             where=f"11 · severity ladder, {len(sl['parameters']['seeds'])} seeds",
                             number=f"slope {fmt(v['slope'])} ± {v['ci95']:.3f} per tenfold KL (Holm p {v['p_holm']:.3f} over "
                                    f"the notebook's {len(sl['slopes'])} declared slopes; each seed's own slope "
-                                   f"{fmt(v['per_seed_mean'])} ± {v['per_seed_ci95']:.3f})",
-                            short=f"slope {fmt(v['slope'], d=2)} ± {v['ci95']:.2f} per tenfold KL", status=st))
+                                   f"{fmt(v['per_seed_mean'])} ± {v['per_seed_ci95']:.3f})" + (
+                                       "" if v2 is None else f"; on another CPU model {fmt(v2['slope'])} ± "
+                                       f"{v2['ci95']:.3f} (Holm p {v2['p_holm']:.3f})"),
+                            short=f"slope {fmt(v['slope'], d=2)} ± {v['ci95']:.2f} per tenfold KL",
+                            status=both_cpus(slope_status(v), None if v2 is None else slope_status(v2))))
     else:
         out.append(dict(claim="SC's edge grows with the mismatch", where="11 · severity ladder", number="–", short="–",
                         status="untested here: notebook 11 has not run at full size yet (notebooks/pending.yaml)"))
@@ -291,14 +333,14 @@ def gradient_claims(g) -> list:
 def claims_table(rs: list) -> str:
     lines = ["| the article's claim | tested where | the project's number (paired; final clean reward unless named) | status |",
              "|---|---|---|---|"]
-    lines += [f"| {c['claim']} | {c['where']} | {c['number']} | {c['status']} |" for c in claims(rs)]
+    lines += [f"| {c['claim']} | {c['where']} | {c['number']} | {c['status']} |" for c in claims(rs, replicate_rows())]
     return "\n".join(lines)
 
 
 def readme_table(rs: list) -> str:
     """The README's short form of the claims table: claim, where, mean ± 95%, status in a word or two."""
     lines = ["| the article's claim | where | paired difference | status |", "|---|---|---|---|"]
-    for c in claims(rs):
+    for c in claims(rs, replicate_rows()):
         where = c["where"].split(" · ")[0]
         lines.append(f"| {c['claim']} | {where} | {c['short']} | {_short_status(c['status'])} |")
     return "\n".join(lines)

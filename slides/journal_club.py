@@ -160,10 +160,18 @@ if g:
 # ## Does SC's edge grow with the mismatch?
 #
 # Plain, MIS and SC at five severities, 5 paired seeds each; the per-seed SC − plain and SC − MIS
-# against log10 of the measured KL, one pooled slope (notebook 11).
+# against log10 of the measured KL, one pooled slope (notebook 11), run on two CPU models.
 
 # %%
 figure("11_severity_slope.png", 900)
+sl, sl2 = load("11_severity_slope.json"), load("other_cpu/11_severity_slope.json")
+if sl:
+    lines = ["| slope per tenfold KL | this figure's runs | the same code and seeds on another CPU |", "|---|---|---|"]
+    for name, v in sl["slopes"].items():
+        v2 = sl2["slopes"].get(name) if sl2 else None
+        lines.append(f"| {name} | {v['slope']:+.2f} ± {v['ci95']:.2f} (Holm p {v['p_holm']:.3f}) | "
+                     + ("–" if v2 is None else f"{v2['slope']:+.2f} ± {v2['ci95']:.2f} (Holm p {v2['p_holm']:.3f})") + " |")
+    display(Markdown("\n".join(lines)))
 
 # %% [markdown] tags=["slide"]
 # ## Where plain pays for the mismatch at all

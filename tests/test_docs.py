@@ -85,3 +85,32 @@ def test_verdict_page_is_the_committed_json():
     for name, text in verdict.readme_blocks(rows).items():
         assert f"<!-- verdict:{name} -->\n{text}\n<!-- /verdict:{name} -->" in readme, (
             f"README.md's verdict:{name} block differs from figures/: run python scripts/verdict.py --write")
+
+
+def test_a_claim_needs_both_cpu_models_runs():
+    """A claim is reproduced only where the runs of both CPU models reproduce it (figures/other_cpu/ holds
+    the other's JSON); the other CPU's numbers come from its own JSON, not from the committed run's."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    import verdict
+
+    rep, nr = "**reproduced**", "not resolved: the 95% interval contains 0"
+    assert verdict.both_cpus(rep, rep).startswith("**reproduced**")
+    assert verdict.both_cpus(rep, nr).startswith("not established")
+    assert verdict.both_cpus(nr, rep).startswith("not established")
+    assert verdict.both_cpus(nr, nr) == nr and verdict.both_cpus(rep, None) == rep
+    other = verdict.OTHER_CPU / "11_severity_slope.json"
+    assert other.exists(), "notebook 11's run on the other CPU model is committed"
+    d2 = json.loads(other.read_text())
+    rows = verdict.with_tests(verdict.rows())
+    made = {c["claim"]: c for c in verdict.claims(rows, verdict.replicate_rows())}
+    for name, v2 in d2["slopes"].items():
+        c = made[f"SC's edge grows with the mismatch ({name} against log10 KL)"]
+        assert f"on another CPU model {v2['slope']:+.3f} ± {v2['ci95']:.3f}" in c["number"]
+        mine = json.loads((REPO / "figures" / "11_severity_slope.json").read_text())["slopes"][name]
+        both = all(v["p_holm"] < 0.05 and v["slope"] > 0 for v in (mine, v2))
+        one = any(v["p_holm"] < 0.05 and v["slope"] > 0 for v in (mine, v2))
+        assert c["status"].startswith("**reproduced**") == both
+        assert c["status"].startswith("not established") == (one and not both)
