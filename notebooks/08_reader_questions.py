@@ -63,8 +63,8 @@ import numpy as np
 import matplotlib.pyplot as plt
 import torch
 import scrl_min
-from scrl_min import (arm_config, check_layout, eval_curve, mean_ci95, moving_average, train_many, with_run_dir,
-                      REPO_ROOT, DEFAULT_MODEL_PATH)
+from scrl_min import (arm_config, eval_curve, mean_ci95, moving_average, train_many, with_run_dir, REPO_ROOT,
+                      DEFAULT_MODEL_PATH)
 
 if len(seeds) < 2:
     raise ValueError(f"95% intervals need at least 2 seeds, got seeds={seeds}")
@@ -101,7 +101,7 @@ print(f"{len(jobs)} runs, {sum(r['seconds'] for recs in results.values() for r i
 # ## Part 1 · Completion length against RL updates
 #
 # Left: the trainer's own completion length on the held-out prompts (`eval_len`, clean evaluation), mean
-# over seeds (thick) and each seed (thin). Middle: the same minus the reference, paired by seed: the length change the
+# over seeds with its 95% band. Middle: the same minus the reference, paired by seed: the length change the
 # mismatch caused, which the question is about (length can also change because of the reward: longer code
 # holds more distinct names; that part is in the reference too). Right: the clean reward, for context.
 
@@ -121,10 +121,9 @@ for i, t in enumerate(names_targets):
         for ax, Y in ((axes[i, 0], L[(t, arm)]), (axes[i, 1], L[(t, arm)] - L[(t, ref_arm)]), (axes[i, 2], E[(t, arm)])):
             if ax is axes[i, 1] and arm == ref_arm:
                 continue
-            # the seeds themselves, thin, under the mean: over a few seeds a t band is wider than the quantity's
-            # range (a length above the budget, a reward below 0)
-            ax.plot(x, Y.T, color=colors.get(arm), lw=0.7, alpha=0.35)
-            ax.plot(x, Y.mean(0), color=colors.get(arm), label=arm, lw=2 if arm in (ref_arm, "sc") else 1.3)
+            m, h = mean_ci95(Y)
+            ax.plot(x, m, color=colors.get(arm), label=arm, lw=2 if arm in (ref_arm, "sc") else 1.3)
+            ax.fill_between(x, m - h, m + h, color=colors.get(arm), alpha=0.12)
         length["curves"][f"target={t}/{arm}"] = dict(
             updates=x.tolist(), eval_len=L[(t, arm)].tolist(), eval_reward=E[(t, arm)].tolist(),
             train_len=[[r["completion_len"] for r in results[(t, arm, s)]] for s in seeds])
@@ -136,9 +135,8 @@ for i, t in enumerate(names_targets):
         ax.set_ylabel(yl)
 axes[0, 0].legend(fontsize=8)
 fig.suptitle(f"Length at a {max_new_tokens}-token budget (dotted): {advantage_mode} rewards, FP8 + σ = {noise_std}; "
-             f"rows: names target; {len(seeds)} paired seeds (thin) and their mean")
+             f"rows: names target; {len(seeds)} paired seeds, mean and 95% band")
 fig.tight_layout()
-check_layout(fig)
 fig.savefig(fig_dir / "08_length_drift.png", dpi=110)
 plt.show()
 
