@@ -113,6 +113,11 @@ def with_tests(rs: list, alpha: float = 0.05) -> list:
     return rs
 
 
+def pval(p: float) -> str:
+    """A p value for text: three decimals, or '< 0.001' (never '0.000')."""
+    return f"{p:.3f}" if p >= 0.001 else "< 0.001"
+
+
 def fmt(x, signed=True, d=3):
     return f"{x:+.{d}f}" if signed else f"{x:.{d}f}"
 
@@ -263,11 +268,11 @@ def claims(rs: list, other: list | None = None) -> list:
             v2 = sl2["slopes"].get(name) if sl2 else None
             out.append(dict(claim=f"SC's edge grows with the mismatch ({name} against log10 KL)",
                             where=f"11 · severity ladder, {len(sl['parameters']['seeds'])} seeds",
-                            number=f"slope {fmt(v['slope'])} ± {v['ci95']:.3f} per tenfold KL (Holm p {v['p_holm']:.3f} over "
+                            number=f"slope {fmt(v['slope'])} ± {v['ci95']:.3f} per tenfold KL (Holm p {pval(v['p_holm'])} over "
                                    f"the notebook's {len(sl['slopes'])} declared slopes; each seed's own slope "
                                    f"{fmt(v['per_seed_mean'])} ± {v['per_seed_ci95']:.3f})" + (
                                        "" if v2 is None else f"; on another CPU model {fmt(v2['slope'])} ± "
-                                       f"{v2['ci95']:.3f} (Holm p {v2['p_holm']:.3f})"),
+                                       f"{v2['ci95']:.3f} (Holm p {pval(v2['p_holm'])})"),
                             short=f"slope {fmt(v['slope'], d=2)} ± {v['ci95']:.2f} per tenfold KL",
                             status=both_cpus(slope_status(v), None if v2 is None else slope_status(v2))))
     else:

@@ -115,7 +115,7 @@ h = load("02_fp8_arms.json")
 if h:
     lines = [f"| contrast | paired difference | seeds above 0 | Holm p ({len(rows)} contrasts) |", "|---|---|---|---|"]
     for r in (r for r in rows if r["source"] == "02"):
-        lines.append(f"| {r['contrast']} | {r['mean']:+.3f} ± {r['ci95']:.3f} | {r['wins']}/{r['n']} | {r['p_holm']:.3f} |")
+        lines.append(f"| {r['contrast']} | {r['mean']:+.3f} ± {r['ci95']:.3f} | {r['wins']}/{r['n']} | {verdict.pval(r['p_holm'])} |")
     display(Markdown("\n".join(lines) + "\n\nThe table's Holm correction runs over every contrast of the project "
                      "(docs/verdict.md); the figure's, over the five declared in notebook 02."))
 figure("02_per_seed.png", 760)
@@ -169,8 +169,8 @@ if sl:
     lines = ["| slope per tenfold KL | this figure's runs | the same code and seeds on another CPU |", "|---|---|---|"]
     for name, v in sl["slopes"].items():
         v2 = sl2["slopes"].get(name) if sl2 else None
-        lines.append(f"| {name} | {v['slope']:+.2f} ± {v['ci95']:.2f} (Holm p {v['p_holm']:.3f}) | "
-                     + ("–" if v2 is None else f"{v2['slope']:+.2f} ± {v2['ci95']:.2f} (Holm p {v2['p_holm']:.3f})") + " |")
+        lines.append(f"| {name} | {v['slope']:+.2f} ± {v['ci95']:.2f} (Holm p {verdict.pval(v['p_holm'])}) | "
+                     + ("–" if v2 is None else f"{v2['slope']:+.2f} ± {v2['ci95']:.2f} (Holm p {verdict.pval(v2['p_holm'])})") + " |")
     display(Markdown("\n".join(lines)))
 
 # %% [markdown] tags=["slide"]
