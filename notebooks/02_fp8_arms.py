@@ -32,7 +32,8 @@
 # same sampling seed at every evaluation and in every arm.
 #
 # **Run time**: 6 arms × 12 seeds × 100 steps = 72 runs, about 100 CPU-thread minutes of training:
-# about 50 minutes on 2 CPU cores, no GPU, two runs at a time (more on a loaded or slower machine).
+# about 50 minutes on 2 CPU cores, no GPU, two runs at a time (more on a loaded or slower machine; the
+# committed outputs took 26 min 37 s, with 19 of the 72 runs already trained by notebooks 06 and 11).
 # Runs resume from their checkpoints and a finished run is not re-run (notebooks 06 and 11 share them).
 # With the default parameters it writes `runs/figures/02_*`; `make reproduce-full` writes `figures/`.
 
@@ -289,22 +290,27 @@ print(f"saved {figures_dir}/02_fp8_arms.png, 02_per_seed.png and their .json")
 # %% [markdown]
 # ## What the measurement shows
 #
-# Written from the `make reproduce-full` run (12 paired seeds, 72 runs, 123 CPU-thread minutes of training on an
-# AMD EPYC with AVX2 only, 2 cores). Per-seed numbers hold on that CPU only (another CPU model samples other
-# tokens from the first batch on); the tables above are the source of truth for your own run.
+# Written from the `make reproduce-full` run whose outputs are above (12 paired seeds, 72 runs, 2 cores, a CPU with
+# AVX-512/AMX). The same notebook, code and seeds ran first on an AVX2-only CPU (commit 72871e0; its JSON is
+# `figures/other_cpu/02_fp8_arms.json`): another CPU model samples other tokens from the first batch on, so every
+# run took another path and the two runs are replicates. Both are quoted ("here" and "there").
 #
-# * **The mismatch costs plain training reward, and score centering recovers it: both pre-registered
-#   findings.** Plain − bf16 −0.261 ± 0.089 (Holm p = 0.0002; plain below the reference in 12 of 12 seeds);
-#   SC − plain +0.260 ± 0.067 (Holm p < 0.0001; 12 of 12 seeds). The secondary metric agrees (area under
-#   the curve: −0.178 ± 0.050 and +0.208 ± 0.037).
-# * **SC is not told apart from TIS or MIS, and centering adds nothing detectable to MIS.** SC − MIS
-#   +0.026 ± 0.068, SC − TIS +0.005 ± 0.096, SC+MIS − MIS −0.067 ± 0.095 (Holm p 0.85, 0.91, 0.45; 6, 6 and 5
-#   of 12 seeds). These intervals rule out an SC edge over MIS or TIS larger than about 0.1 in final clean
-#   reward, in this setting; they do not establish that SC "matches" them (no equivalence margin was
-#   declared). The article's "SC matches or beats IS" is therefore *not resolved* here, and "SC + IS beats IS"
-#   is not supported (the estimate has the other sign).
-# * **Collapse** (one template for every prompt at the end): plain 4 of 12 runs, TIS 2, MIS, SC, SC+MIS and
-#   the bf16 reference 1 each. No paired exact test separates two arms (SC vs plain p = 0.375).
+# * **The mismatch costs plain training reward, and score centering recovers it: both pre-registered findings,
+#   on both CPUs.** Plain − bf16 −0.190 ± 0.107 here (Holm p = 0.010; plain below the reference in 9 of 12
+#   seeds), −0.261 ± 0.089 there (12 of 12); SC − plain +0.167 ± 0.055 here and +0.260 ± 0.067 there (Holm
+#   p < 0.001; 12 of 12 seeds on both). The secondary metric agrees (area under the curve, here: −0.155 ± 0.041
+#   and +0.163 ± 0.049). Over the 57 contrasts of `docs/verdict.md` (a larger Holm family than the five declared
+#   here) plain − bf16 of this run does not hold (Holm p 0.13): the page calls it not established.
+# * **SC is not told apart from TIS or MIS, and centering adds nothing detectable to MIS, on either CPU.**
+#   Here SC − MIS −0.015 ± 0.093, SC − TIS −0.040 ± 0.065, SC+MIS − MIS +0.044 ± 0.130 (Holm p 0.94, 0.61,
+#   0.94); there +0.026 ± 0.068, +0.005 ± 0.096, −0.067 ± 0.095. The point estimates change sign between the
+#   two CPUs, as noise does. These intervals rule out an SC edge over MIS or TIS larger than about 0.1 in final
+#   clean reward, in this setting; they do not establish that SC "matches" them (no equivalence margin was
+#   declared). The article's "SC matches or beats IS" is *not resolved* here, and "SC + IS beats IS" is not
+#   supported.
+# * **Collapse** (one template for every prompt at the end): here plain 5 of 12 runs, MIS 2, the bf16 reference
+#   1, TIS, SC and SC+MIS none; there plain 4, TIS 2, each other arm 1. No paired exact test separates two arms
+#   (here SC vs plain p = 0.062).
 # * **Why this regime favours any correction**: raw rewards make E_q[A] as large as it can be, and the
 #   exact KL(q‖p) at the start is 1.5e-2 per token, about 11× FP8 alone (docs/verdict.md's ladder).
 #   Whether SC's edge over IS appears at the gradient level, or grows with the mismatch, is notebooks 10 and

@@ -195,7 +195,7 @@ def status(r, direction: int) -> str:
 def cell(r) -> str:
     if r is None:
         return "–"
-    return f"{fmt(r['mean'])} ± {r['ci95']:.3f} (Holm p {r['p_holm']:.2f}; {r['wins']}/{r['n']} seeds)"
+    return f"{fmt(r['mean'])} ± {r['ci95']:.3f} (Holm p {pval(r['p_holm'])}; {r['wins']}/{r['n']} seeds)"
 
 
 def _short_status(st: str) -> str:
