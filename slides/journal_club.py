@@ -116,8 +116,11 @@ if h:
     lines = [f"| contrast | paired difference | seeds above 0 | Holm p ({len(rows)} contrasts) |", "|---|---|---|---|"]
     for r in (r for r in rows if r["source"] == "02"):
         lines.append(f"| {r['contrast']} | {r['mean']:+.3f} ± {r['ci95']:.3f} | {r['wins']}/{r['n']} | {verdict.pval(r['p_holm'])} |")
-    display(Markdown("\n".join(lines) + "\n\nThe table's Holm correction runs over every contrast of the project "
-                     "(docs/verdict.md); the figure's, over the five declared in notebook 02."))
+    other = verdict.replicate_rows() if (FIG / "other_cpu" / "02_fp8_arms.json").exists() else None
+    again = "" if other is None else ("\n\nThe same code and seeds on another CPU model (every run on another path): " + "; ".join(
+        f"{r['contrast']} {r['mean']:+.2f} ± {r['ci95']:.2f}" for r in other if r["source"] == "02") + ".")
+    display(Markdown("\n".join(lines) + again + "\n\nThe table's Holm correction runs over every contrast of the "
+                     "project (docs/verdict.md); the figure's, over the five declared in notebook 02."))
 figure("02_per_seed.png", 760)
 
 # %% [markdown] tags=["slide"]
