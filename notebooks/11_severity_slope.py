@@ -21,9 +21,10 @@
 # change together, so the KL is measured, not assumed. **Arms**: plain, MIS and SC (TIS one parameter
 # away), 5 paired seeds; the σ = 0.1 runs (seeds 0-4) are notebook 02's (same folders).
 #
-# **Run time**: 4 new rungs × 3 arms × 5 seeds = 60 runs, about 80 CPU-thread minutes: 30-45 minutes
-# on 2 CPU cores by CPU, no GPU (29 min 19 s for the committed outputs, from a fresh clone whose `runs/` held
-# notebook 06's runs; about 3 minutes when the runs exist). Resumable; a bar counts the runs.
+# **Run time**: 4 new rungs × 3 arms × 5 seeds = 60 runs, plus notebook 02's 15 σ = 0.1 runs: 85 CPU-thread
+# minutes for all 75 on a CPU with AVX-512/AMX, so about 45 minutes on 2 CPU cores, no GPU, when none exists
+# (the committed outputs: 29 minutes, 18 of the runs already trained by notebook 06; about 3 minutes when all
+# exist). Resumable; a bar counts the runs.
 # With the default parameters it writes `runs/figures/11_*`; `make reproduce-full` writes `figures/`.
 
 # %% [markdown]
@@ -215,7 +216,7 @@ print(f"saved {figures_dir}/11_severity_slope.png and .json")
 # copy, and both are quoted.
 #
 # * **SC − plain: the slope holds on both CPUs.** Per tenfold run-mean KL, +0.18 ± 0.11 here (Holm p 0.005;
-#   every seed's own slope positive, +0.20 ± 0.16) and +0.26 ± 0.12 there (Holm p < 0.001). Plain loses more
+#   every seed's own slope positive, +0.20 ± 0.16) and +0.25 ± 0.12 there (Holm p < 0.001). Plain loses more
 #   reward the larger the mismatch (0.42 at FP8 alone, 0.08 at σ 0.2 here); SC stays near 0.3-0.43 at every rung.
 # * **SC − MIS: the slope does not replicate.** +0.03 ± 0.12 here (Holm p 0.64; per-seed slopes −0.15 to
 #   +0.27) against +0.17 ± 0.10 there (Holm p 0.003). There it rested mostly on FP8 + σ 0.2, where MIS fell to
