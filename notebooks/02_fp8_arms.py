@@ -77,6 +77,7 @@ group_size = 4  # G: completions per prompt
 max_new_tokens = 24  # completion budget, tokens
 lr = 0.5  # SGD learning rate
 eval_every = 10  # steps between clean evaluations of the trainer's own policy (held-out prompts)
+eval_prompts = 64  # held-out prompts in each clean evaluation, one completion each
 final_evals = 3  # last clean evaluations averaged into a run's final reward (after 80, 90, 100 updates)
 sampler = "torch"  # rollout engine: torch (TorchSampler, FP8 W8A8) or vllm (VLLMSampler, see notebook 04)
 vllm_precision = "auto"  # vLLM numerics: auto (FP8 arms get fp8 on a GPU, fp8_kv on AVX-512 CPUs), bf16, fp8_kv, fp8
@@ -131,8 +132,8 @@ for seed in seeds:
         noise = {} if "noise_std" in scrl_min.ARMS[arm] else {"noise_std": noise_std}
         cfg = arm_config(arm, model=model_path, seed=seed, steps=steps, prompts_per_step=prompts_per_step,
                          group_size=group_size, max_new_tokens=max_new_tokens, lr=lr,
-                         advantage_mode=advantage_mode, eval_every=eval_every, sampler=sampler,
-                         vllm_precision=vllm_precision, **noise)
+                         advantage_mode=advantage_mode, eval_every=eval_every, eval_prompts=eval_prompts,
+                         sampler=sampler, vllm_precision=vllm_precision, **noise)
         jobs[(arm, seed)] = with_run_dir(cfg, REPO_ROOT / runs_dir, f"{advantage_mode}-{arm}-s{seed}")
 results = run_grid(jobs, workers=workers)
 
@@ -275,7 +276,7 @@ plt.show()
 params = dict(model=model, arms=arms, seeds=seeds, advantage_mode=advantage_mode, noise_std=noise_std,
               steps=steps, prompts_per_step=prompts_per_step, group_size=group_size,
               max_new_tokens=max_new_tokens, lr=lr, eval_every=eval_every, final_evals=final_evals,
-              eval_prompts=scrl_min.TrainConfig.eval_prompts, sampler=sampler, collapse_std=scrl_min.COLLAPSE_STD)
+              eval_prompts=eval_prompts, sampler=sampler, collapse_std=scrl_min.COLLAPSE_STD)
 kl_start = {arm: mean_ci95([results[(arm, s)][0]["kl_qp"] for s in seeds]) for arm in arms}
 out = {"parameters": params, "setting": setting, "final": table, "primary_contrasts": [f"{a} − {b}" for a, b in PRIMARY],
        "contrasts": contrasts, "collapse_tests": collapse_tests,

@@ -53,6 +53,7 @@ group_size = 4  # G: completions per prompt
 max_new_tokens = 24  # completion budget, tokens
 lr = 0.5  # SGD learning rate
 eval_every = 10  # steps between clean evaluations
+eval_prompts = 64  # held-out prompts in each clean evaluation, one completion each
 final_evals = 3  # last clean evaluations averaged into a run's final reward
 workers = 2  # runs in parallel, one CPU thread each
 runs_dir = "runs/02_fp8_arms"  # shared with notebook 02, relative to the repo root
@@ -91,7 +92,7 @@ plain_arm = arms[0]
 
 # %%
 common = dict(model=model_path, steps=steps, prompts_per_step=prompts_per_step, group_size=group_size,
-              max_new_tokens=max_new_tokens, lr=lr, eval_every=eval_every)
+              max_new_tokens=max_new_tokens, lr=lr, eval_every=eval_every, eval_prompts=eval_prompts)
 jobs = {}
 for mode in modes:
     for seed in seeds:
@@ -244,7 +245,7 @@ fig.savefig(fig_dir / "06_drift_signal.png", dpi=110)
 plt.show()
 params = dict(model=model, modes=modes, severity_formats=severity_formats, severity_noise=severity_noise, arms=arms, seeds=seeds, steps=steps,
               prompts_per_step=prompts_per_step, group_size=group_size, max_new_tokens=max_new_tokens, lr=lr,
-              eval_every=eval_every, final_evals=final_evals)
+              eval_every=eval_every, eval_prompts=eval_prompts, final_evals=final_evals)
 finals = {" / ".join(map(str, k)): v for k, v in final.items()}
 for name in ("06_regime_map", "06_drift_signal"):
     (fig_dir / f"{name}.json").write_text(json.dumps(

@@ -42,6 +42,7 @@ group_size = 4  # G: completions per prompt
 max_new_tokens = 24  # completion budget, tokens
 lr = 0.5  # SGD learning rate
 eval_every = 10  # steps between clean evaluations
+eval_prompts = 64  # held-out prompts in each clean evaluation, one completion each
 final_evals = 3  # last clean evaluations averaged into a run's final reward
 workers = 2  # runs in parallel, one CPU thread each
 runs_dir = "runs/07_staleness"  # one folder per run configuration, relative to the repo root
@@ -75,7 +76,7 @@ plain_arm = arms[0]
 
 # %%
 common = dict(model=model_path, steps=steps, prompts_per_step=prompts_per_step, group_size=group_size,
-              max_new_tokens=max_new_tokens, lr=lr, advantage_mode=advantage_mode, eval_every=eval_every,
+              max_new_tokens=max_new_tokens, lr=lr, advantage_mode=advantage_mode, eval_every=eval_every, eval_prompts=eval_prompts,
               sampler_precision=sampler_precision, noise_std=0.0)
 jobs = {}
 for seed in seeds:
@@ -145,7 +146,7 @@ for name, row in paired.items():
     print(f"{name:16s}" + "".join(f"{row[f's={s}']['mean']:+10.3f} ± {row[f's={s}']['ci95']:.3f}" for s in staleness))
 params = dict(model=model, arms=arms, staleness=staleness, sampler_precision=sampler_precision, seeds=seeds,
               advantage_mode=advantage_mode, steps=steps, prompts_per_step=prompts_per_step,
-              group_size=group_size, max_new_tokens=max_new_tokens, lr=lr, eval_every=eval_every,
+              group_size=group_size, max_new_tokens=max_new_tokens, lr=lr, eval_every=eval_every, eval_prompts=eval_prompts,
               final_evals=final_evals)
 (fig_dir / "07_staleness.json").write_text(json.dumps({"parameters": params, "final": table, "paired": paired}, indent=1))
 print(f"saved {figures_dir}/07_staleness.png and {figures_dir}/07_staleness.json")

@@ -44,6 +44,7 @@ max_new_tokens = 96  # completion budget, tokens: well above the starting policy
 names_targets = [24, 4]  # distinct names for the full reward, one setting each: 24 (length pays, up to the cap) | 4 (reached early: length is free)
 lr = 0.5  # SGD learning rate
 eval_every = 10  # steps between clean evaluations (reward and length of the trainer's own policy)
+eval_prompts = 64  # held-out prompts in each clean evaluation, one completion each
 final_evals = 3  # last clean evaluations averaged into a run's final value
 workers = 2  # runs in parallel, one CPU thread each
 smooth = 10  # moving-average window of the training curves, steps
@@ -91,7 +92,7 @@ for target in names_targets:
             noise = {} if "noise_std" in scrl_min.ARMS[arm] else {"noise_std": noise_std}
             cfg = arm_config(arm, model=model_path, seed=seed, steps=steps, prompts_per_step=prompts_per_step,
                              group_size=group_size, max_new_tokens=max_new_tokens, names_target=target,
-                             lr=lr, advantage_mode=advantage_mode, eval_every=eval_every, **noise)
+                             lr=lr, advantage_mode=advantage_mode, eval_every=eval_every, eval_prompts=eval_prompts, **noise)
             tag = f"{advantage_mode}-{arm}-T{max_new_tokens}" + ("" if target == 24 else f"-n{target}") + f"-s{seed}"
             jobs[(target, arm, seed)] = with_run_dir(cfg, REPO_ROOT / runs_dir, tag)
 results = dict(zip(jobs, train_many(list(jobs.values()), workers=workers)))
@@ -172,7 +173,7 @@ for t in names_targets:
               f"{fmt(row['eval_reward'], 'minus_' + plain_arm):>18s}")
 params1 = dict(model=model, arms=arms, seeds=seeds, advantage_mode=advantage_mode, noise_std=noise_std,
                steps=steps, prompts_per_step=prompts_per_step, group_size=group_size,
-               max_new_tokens=max_new_tokens, names_targets=names_targets, lr=lr, eval_every=eval_every,
+               max_new_tokens=max_new_tokens, names_targets=names_targets, lr=lr, eval_every=eval_every, eval_prompts=eval_prompts,
                final_evals=final_evals)
 (fig_dir / "08_length_drift.json").write_text(json.dumps({"parameters": params1, **length}, indent=1))
 print(f"saved {figures_dir}/08_length_drift.png and {figures_dir}/08_length_drift.json")

@@ -51,6 +51,7 @@ prompts_per_step = 8  # distinct prompts per step
 group_size = 4  # G: completions per prompt
 max_new_tokens = 24  # completion budget, tokens
 eval_every = 10  # steps between clean evaluations
+eval_prompts = 64  # held-out prompts in each clean evaluation, one completion each
 final_evals = 3  # last clean evaluations averaged into a run's final reward
 collapse_below = 0.05  # a run has collapsed when its final clean reward is below this
 pull_prompts = 32  # entropy-pull measurement on the starting policy: prompts (× group_size completions)
@@ -92,7 +93,7 @@ for lr in lrs:
             preset, extra = ARM_PRESETS[arm]
             fields = dict(model=model_path, seed=seed, steps=steps, lr=lr, prompts_per_step=prompts_per_step,
                           group_size=group_size, max_new_tokens=max_new_tokens, advantage_mode=advantage_mode,
-                          eval_every=eval_every)
+                          eval_every=eval_every, eval_prompts=eval_prompts)
             cfg = arm_config(preset, **{**fields, **extra})
             jobs[(arm, lr, seed)] = with_run_dir(cfg, REPO_ROOT / runs_dir, f"{cfg.advantage_mode}-{arm}-lr{lr}-s{seed}")
 results = dict(zip(jobs, train_many(list(jobs.values()), workers=workers)))
@@ -193,7 +194,7 @@ for lr in lrs:
               f"{hm:6.2f} ± {hh:.2f}     {gm:7.3f} ± {gh:.3f}       " + " ".join(f"{v:.3f}" for v in f))
 params = dict(model=model, arms=arms, lrs=lrs, seeds=seeds, advantage_mode=advantage_mode, noise_std=noise_std,
               steps=steps, prompts_per_step=prompts_per_step, group_size=group_size, max_new_tokens=max_new_tokens,
-              eval_every=eval_every, final_evals=final_evals, collapse_below=collapse_below)
+              eval_every=eval_every, eval_prompts=eval_prompts, final_evals=final_evals, collapse_below=collapse_below)
 (fig_dir / "09_signed_mode.json").write_text(json.dumps({"parameters": params, "final": table, "curves": curves}, indent=1))
 print(f"saved {figures_dir}/09_signed_mode.png, 09_signed_entropy.png and 09_signed_mode.json")
 

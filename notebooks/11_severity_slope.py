@@ -62,6 +62,7 @@ group_size = 4  # G: completions per prompt
 max_new_tokens = 24  # completion budget, tokens
 lr = 0.5  # SGD learning rate
 eval_every = 10  # steps between clean evaluations
+eval_prompts = 64  # held-out prompts in each clean evaluation, one completion each
 final_evals = 3  # last clean evaluations averaged into a run's final reward
 workers = 2  # runs in parallel, one CPU thread each
 runs_dir = "runs/02_fp8_arms"  # shared with notebooks 02 and 06, relative to the repo root
@@ -98,7 +99,7 @@ print("ladder:", rungs)
 
 # %%
 common = dict(model=model_path, steps=steps, prompts_per_step=prompts_per_step, group_size=group_size,
-              max_new_tokens=max_new_tokens, lr=lr, eval_every=eval_every, advantage_mode=advantage_mode)
+              max_new_tokens=max_new_tokens, lr=lr, eval_every=eval_every, eval_prompts=eval_prompts, advantage_mode=advantage_mode)
 jobs = {(rung, arm, seed): with_run_dir(arm_config(arm, seed=seed, sampler_precision=prec, noise_std=sigma, **common),
                                         REPO_ROOT / runs_dir, f"{advantage_mode}-{arm}-s{seed}")
         for seed in seeds for rung, prec, sigma in zip(rungs, severity_formats, severity_noise) for arm in arms}
@@ -202,7 +203,7 @@ plt.show()
 params = dict(model=model, severity_formats=severity_formats, severity_noise=severity_noise, arms=arms,
               contrasts=contrasts, seeds=seeds, advantage_mode=advantage_mode, steps=steps,
               prompts_per_step=prompts_per_step, group_size=group_size, max_new_tokens=max_new_tokens, lr=lr,
-              eval_every=eval_every, final_evals=final_evals)
+              eval_every=eval_every, eval_prompts=eval_prompts, final_evals=final_evals)
 (fig_dir / "11_severity_slope.json").write_text(json.dumps(
     {"parameters": params, "rungs": rungs, "per_rung": per_rung, "slopes": slopes}, indent=1))
 print(f"saved {figures_dir}/11_severity_slope.png and .json")
