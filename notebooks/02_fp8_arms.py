@@ -33,7 +33,8 @@
 #
 # **Run time**: 6 arms × 12 seeds × 100 steps = 72 runs, about 100 CPU-thread minutes of training:
 # about 50 minutes on 2 CPU cores, no GPU, two runs at a time (more on a loaded or slower machine; the
-# committed outputs took 26 min 37 s, with 19 of the 72 runs already trained by notebooks 06 and 11).
+# run behind the committed outputs took 26 min 37 s, with 19 of the 72 runs already trained by notebooks 06 and 11;
+# the outputs were then redrawn from its saved runs after a label change, so their bar over runs shows seconds).
 # Runs resume from their checkpoints and a finished run is not re-run (notebooks 06 and 11 share them).
 # With the default parameters it writes `runs/figures/02_*`; `make reproduce-full` writes `figures/`.
 
