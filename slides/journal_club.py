@@ -217,7 +217,7 @@ display(Markdown(f"{len(key)} of the {len(rows)} contrasts (the headline's five,
 # ```
 # make test             # 6-15 min on 2 CPU cores (by CPU)
 # make reproduce        # notebooks 01, 03, 04, 05
-# make reproduce-full   # the experiments behind the verdict (~5 h)
+# make reproduce-full   # the experiments behind the verdict (4-5 h)
 # make lab              # the notebooks in JupyterLab
 # make slides           # this deck
 # ```
