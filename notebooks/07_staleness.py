@@ -76,8 +76,8 @@ plain_arm = arms[0]
 
 # %%
 common = dict(model=model_path, steps=steps, prompts_per_step=prompts_per_step, group_size=group_size,
-              max_new_tokens=max_new_tokens, lr=lr, advantage_mode=advantage_mode, eval_every=eval_every, eval_prompts=eval_prompts,
-              sampler_precision=sampler_precision, noise_std=0.0)
+              max_new_tokens=max_new_tokens, lr=lr, advantage_mode=advantage_mode, eval_every=eval_every,
+              eval_prompts=eval_prompts, sampler_precision=sampler_precision, noise_std=0.0)
 jobs = {}
 for seed in seeds:
     jobs[("reference", 0, seed)] = with_run_dir(arm_config("plain", seed=seed, staleness=0, **common),
@@ -146,8 +146,8 @@ for name, row in paired.items():
     print(f"{name:16s}" + "".join(f"{row[f's={s}']['mean']:+10.3f} ± {row[f's={s}']['ci95']:.3f}" for s in staleness))
 params = dict(model=model, arms=arms, staleness=staleness, sampler_precision=sampler_precision, seeds=seeds,
               advantage_mode=advantage_mode, steps=steps, prompts_per_step=prompts_per_step,
-              group_size=group_size, max_new_tokens=max_new_tokens, lr=lr, eval_every=eval_every, eval_prompts=eval_prompts,
-              final_evals=final_evals)
+              group_size=group_size, max_new_tokens=max_new_tokens, lr=lr, eval_every=eval_every,
+              eval_prompts=eval_prompts, final_evals=final_evals)
 (fig_dir / "07_staleness.json").write_text(json.dumps({"parameters": params, "final": table, "paired": paired}, indent=1))
 print(f"saved {figures_dir}/07_staleness.png and {figures_dir}/07_staleness.json")
 

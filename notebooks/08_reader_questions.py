@@ -92,7 +92,8 @@ for target in names_targets:
             noise = {} if "noise_std" in scrl_min.ARMS[arm] else {"noise_std": noise_std}
             cfg = arm_config(arm, model=model_path, seed=seed, steps=steps, prompts_per_step=prompts_per_step,
                              group_size=group_size, max_new_tokens=max_new_tokens, names_target=target,
-                             lr=lr, advantage_mode=advantage_mode, eval_every=eval_every, eval_prompts=eval_prompts, **noise)
+                             lr=lr, advantage_mode=advantage_mode, eval_every=eval_every,
+                             eval_prompts=eval_prompts, **noise)
             tag = f"{advantage_mode}-{arm}-T{max_new_tokens}" + ("" if target == 24 else f"-n{target}") + f"-s{seed}"
             jobs[(target, arm, seed)] = with_run_dir(cfg, REPO_ROOT / runs_dir, tag)
 results = dict(zip(jobs, train_many(list(jobs.values()), workers=workers)))
@@ -173,8 +174,8 @@ for t in names_targets:
               f"{fmt(row['eval_reward'], 'minus_' + plain_arm):>18s}")
 params1 = dict(model=model, arms=arms, seeds=seeds, advantage_mode=advantage_mode, noise_std=noise_std,
                steps=steps, prompts_per_step=prompts_per_step, group_size=group_size,
-               max_new_tokens=max_new_tokens, names_targets=names_targets, lr=lr, eval_every=eval_every, eval_prompts=eval_prompts,
-               final_evals=final_evals)
+               max_new_tokens=max_new_tokens, names_targets=names_targets, lr=lr, eval_every=eval_every,
+               eval_prompts=eval_prompts, final_evals=final_evals)
 (fig_dir / "08_length_drift.json").write_text(json.dumps({"parameters": params1, **length}, indent=1))
 print(f"saved {figures_dir}/08_length_drift.png and {figures_dir}/08_length_drift.json")
 

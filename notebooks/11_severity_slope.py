@@ -99,7 +99,8 @@ print("ladder:", rungs)
 
 # %%
 common = dict(model=model_path, steps=steps, prompts_per_step=prompts_per_step, group_size=group_size,
-              max_new_tokens=max_new_tokens, lr=lr, eval_every=eval_every, eval_prompts=eval_prompts, advantage_mode=advantage_mode)
+              max_new_tokens=max_new_tokens, lr=lr, eval_every=eval_every,
+              eval_prompts=eval_prompts, advantage_mode=advantage_mode)
 jobs = {(rung, arm, seed): with_run_dir(arm_config(arm, seed=seed, sampler_precision=prec, noise_std=sigma, **common),
                                         REPO_ROOT / runs_dir, f"{advantage_mode}-{arm}-s{seed}")
         for seed in seeds for rung, prec, sigma in zip(rungs, severity_formats, severity_noise) for arm in arms}

@@ -72,13 +72,15 @@ def check_parameters(path: Path, given: dict) -> None:
                              f"parameters are {sorted(known)}")
 
 
+def _joined(v) -> str:
+    """A notebook text field as one string (nbformat stores it as a string or a list of lines)."""
+    return "".join(v) if isinstance(v, list) else str(v)
+
+
 def outputs_fingerprint(nb) -> str:
     """sha256 of what a notebook's code cells show (stream text, text/plain, images, errors), ignoring how
     a front end stores it (a string or a list of lines, output metadata, execution counts)."""
     import hashlib
-
-    def text(v):
-        return "".join(v) if isinstance(v, list) else str(v)
 
     parts = []
     for cell in nb["cells"]:
@@ -86,8 +88,8 @@ def outputs_fingerprint(nb) -> str:
             continue
         for o in cell.get("outputs", []):
             data = o.get("data", {})
-            parts.append([o["output_type"], o.get("name", ""), text(o.get("text", "")).strip(),
-                          text(data.get("text/plain", "")).strip(), text(data.get("image/png", "")).replace("\n", ""),
+            parts.append([o["output_type"], o.get("name", ""), _joined(o.get("text", "")).strip(),
+                          _joined(data.get("text/plain", "")).strip(), _joined(data.get("image/png", "")).replace("\n", ""),
                           o.get("ename", "")])
     return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
 
@@ -115,15 +117,12 @@ def collapse_progress(nb) -> None:
         for o in cell.get("outputs", []):
             if (o["output_type"] == "stream" and merged and merged[-1]["output_type"] == "stream"
                     and merged[-1]["name"] == o["name"]):
-                prev = merged[-1]["text"]
-                merged[-1]["text"] = ("".join(prev) if isinstance(prev, list) else prev) + (
-                    "".join(o["text"]) if isinstance(o["text"], list) else o["text"])
+                merged[-1]["text"] = _joined(merged[-1]["text"]) + _joined(o["text"])
             else:
                 merged.append(o)
         for o in merged:
             if o["output_type"] == "stream":
-                text = "".join(o["text"]) if isinstance(o["text"], list) else o["text"]
-                o["text"] = "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] for line in text.split("\n"))
+                o["text"] = "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] for line in _joined(o["text"]).split("\n"))
         cell["outputs"] = merged
 
 

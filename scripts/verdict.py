@@ -20,6 +20,9 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from scrl_min import holm, mean_ci95, p_text  # noqa: E402  (the scaffold's statistics, from the repository)
+
 FIG = REPO / "figures"
 PAGE = REPO / "docs" / "verdict.md"
 README = REPO / "README.md"
@@ -95,9 +98,6 @@ def with_tests(rs: list, alpha: float = 0.05) -> list:
     """Adds mean, ci95, p (paired t), p_holm and ci_holm (Holm over all rows) to every row."""
     from scipy import stats
 
-    sys.path.insert(0, str(REPO))
-    from scrl_min import holm, mean_ci95
-
     for r in rs:
         d = np.array(r["per_seed"])
         m, h = mean_ci95(d)
@@ -111,11 +111,6 @@ def with_tests(rs: list, alpha: float = 0.05) -> list:
         sd = float(np.std(r["per_seed"], ddof=1))
         r.update(p_holm=float(ph), ci_holm=float(stats.t.ppf(1 - level / 2, r["n"] - 1) * sd / math.sqrt(r["n"])))
     return rs
-
-
-def pval(p: float) -> str:
-    """A p value for text: three decimals, or '< 0.001' (never '0.000')."""
-    return f"{p:.3f}" if p >= 0.001 else "< 0.001"
 
 
 def fmt(x, signed=True, d=3):
@@ -195,7 +190,7 @@ def status(r, direction: int) -> str:
 def cell(r) -> str:
     if r is None:
         return "–"
-    return f"{fmt(r['mean'])} ± {r['ci95']:.3f} (Holm p {pval(r['p_holm'])}; {r['wins']}/{r['n']} seeds)"
+    return f"{fmt(r['mean'])} ± {r['ci95']:.3f} (Holm p {p_text(r['p_holm'])}; {r['wins']}/{r['n']} seeds)"
 
 
 def _short_status(st: str) -> str:
@@ -205,9 +200,14 @@ def _short_status(st: str) -> str:
 REPLICATED = {"02": "02_fp8_arms.json", "11": "11_severity_slope.json"}  # notebooks figures/other_cpu/ may hold
 
 
+def replicated(source: str) -> bool:
+    """Whether figures/other_cpu/ holds notebook `source`'s JSON (rows(OTHER_CPU) otherwise falls back to figures/)."""
+    return source in REPLICATED and (OTHER_CPU / REPLICATED[source]).exists()
+
+
 def replicate_rows() -> list | None:
     """with_tests(rows(OTHER_CPU)) when figures/other_cpu/ holds a notebook's JSON, else None."""
-    return with_tests(rows(OTHER_CPU)) if any((OTHER_CPU / f).exists() for f in REPLICATED.values()) else None
+    return with_tests(rows(OTHER_CPU)) if any(map(replicated, REPLICATED)) else None
 
 
 def both_cpus(st: str, st2: str | None) -> str:
@@ -238,7 +238,7 @@ def claims(rs: list, other: list | None = None) -> list:
 
     def add(claim, where, r, direction, note=""):
         r2 = None
-        if r is not None and other is not None and (OTHER_CPU / REPLICATED.get(r["source"], "-")).exists():
+        if r is not None and other is not None and replicated(r["source"]):
             r2 = _find(other, r["source"], r["contrast"], r["setting"])
         number = cell(r) + note + ("" if r2 is None else f"; on another CPU model {cell(r2)}")
         out.append(dict(claim=claim, where=where, number=number,
@@ -255,7 +255,7 @@ def claims(rs: list, other: list | None = None) -> list:
     add("SC matches or beats MIS", head, _find(rs, "02", "sc − mis"), +1)
     add("SC + IS beats IS (SC+MIS > MIS)", head, _find(rs, "02", "sc_mis − mis"), +1,
         "; where every ratio and ρ are in the band, SC+MIS is MIS exactly (docs/method.md)")
-    sl2 = _load(REPLICATED["11"], OTHER_CPU) if (OTHER_CPU / REPLICATED["11"]).exists() else None
+    sl2 = _load(REPLICATED["11"], OTHER_CPU) if replicated("11") else None
 
     def slope_status(v):
         return ("**reproduced**" if v["p_holm"] < 0.05 and v["slope"] > 0 else
@@ -268,11 +268,11 @@ def claims(rs: list, other: list | None = None) -> list:
             v2 = sl2["slopes"].get(name) if sl2 else None
             out.append(dict(claim=f"SC's edge grows with the mismatch ({name} against log10 KL)",
                             where=f"11 · severity ladder, {len(sl['parameters']['seeds'])} seeds",
-                            number=f"slope {fmt(v['slope'])} ± {v['ci95']:.3f} per tenfold KL (Holm p {pval(v['p_holm'])} over "
+                            number=f"slope {fmt(v['slope'])} ± {v['ci95']:.3f} per tenfold KL (Holm p {p_text(v['p_holm'])} over "
                                    f"the notebook's {len(sl['slopes'])} declared slopes; each seed's own slope "
                                    f"{fmt(v['per_seed_mean'])} ± {v['per_seed_ci95']:.3f})" + (
                                        "" if v2 is None else f"; on another CPU model {fmt(v2['slope'])} ± "
-                                       f"{v2['ci95']:.3f} (Holm p {pval(v2['p_holm'])})"),
+                                       f"{v2['ci95']:.3f} (Holm p {p_text(v2['p_holm'])})"),
                             short=f"slope {fmt(v['slope'], d=2)} ± {v['ci95']:.2f} per tenfold KL",
                             status=both_cpus(slope_status(v), None if v2 is None else slope_status(v2))))
     else:

@@ -17,7 +17,7 @@ from .engines import (DEFAULT_MODEL_PATH, FORMATS, FP8_BACKEND, FP8_BACKENDS, GR
                       reserved_kv_cache, vllm_precision_for)
 from .driver import (ARMS, COLLAPSE_STD, EVAL_SEED, OPTIMIZERS, RunFolder, TrainConfig, Trainer, arm_config, band_plot,
                      check_layout, collapsed, config_id, curve_auc, eval_curve, final_reward, holm, load_policy, main,
-                     make_sampler, mcnemar_exact, mean_ci95, moving_average, paired_contrasts, progress_bar,
+                     make_sampler, mcnemar_exact, mean_ci95, moving_average, p_text, paired_contrasts, progress_bar,
                      read_metrics, run_grid, train, train_many, with_run_dir)
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -540,6 +540,12 @@ def collapsed(records: list, std_below: float = COLLAPSE_STD) -> bool:
     return eval_curve(records, "eval_reward_std")[1][-1] < std_below
 
 
+def p_text(p: float) -> str:
+    """A p value as text: three decimals, or '< 0.001' (never '0.000'). Used by the notebooks' figures,
+    scripts/verdict.py and the deck."""
+    return f"{p:.3f}" if p >= 0.001 else "< 0.001"
+
+
 def holm(pvalues) -> np.ndarray:
     """Holm's step-down adjusted p-values (same order as given): the i-th smallest p times (m − i + 1),
     made monotone, capped at 1. A contrast is significant at family-wise level α when its adjusted p

@@ -115,8 +115,8 @@ h = load("02_fp8_arms.json")
 if h:
     lines = [f"| contrast | paired difference | seeds above 0 | Holm p ({len(rows)} contrasts) |", "|---|---|---|---|"]
     for r in (r for r in rows if r["source"] == "02"):
-        lines.append(f"| {r['contrast']} | {r['mean']:+.3f} ± {r['ci95']:.3f} | {r['wins']}/{r['n']} | {verdict.pval(r['p_holm'])} |")
-    other = verdict.replicate_rows() if (FIG / "other_cpu" / "02_fp8_arms.json").exists() else None
+        lines.append(f"| {r['contrast']} | {r['mean']:+.3f} ± {r['ci95']:.3f} | {r['wins']}/{r['n']} | {verdict.p_text(r['p_holm'])} |")
+    other = verdict.replicate_rows() if verdict.replicated("02") else None
     again = "" if other is None else ("\n\nThe same code and seeds on another CPU model (every run on another path): " + "; ".join(
         f"{r['contrast']} {r['mean']:+.2f} ± {r['ci95']:.2f}" for r in other if r["source"] == "02") + ".")
     display(Markdown("\n".join(lines) + again + "\n\nThe table's Holm correction runs over every contrast of the "
@@ -172,8 +172,8 @@ if sl:
     lines = ["| slope per tenfold KL | this figure's runs | the same code and seeds on another CPU |", "|---|---|---|"]
     for name, v in sl["slopes"].items():
         v2 = sl2["slopes"].get(name) if sl2 else None
-        lines.append(f"| {name} | {v['slope']:+.2f} ± {v['ci95']:.2f} (Holm p {verdict.pval(v['p_holm'])}) | "
-                     + ("–" if v2 is None else f"{v2['slope']:+.2f} ± {v2['ci95']:.2f} (Holm p {verdict.pval(v2['p_holm'])})") + " |")
+        lines.append(f"| {name} | {v['slope']:+.2f} ± {v['ci95']:.2f} (Holm p {verdict.p_text(v['p_holm'])}) | "
+                     + ("–" if v2 is None else f"{v2['slope']:+.2f} ± {v2['ci95']:.2f} (Holm p {verdict.p_text(v2['p_holm'])})") + " |")
     display(Markdown("\n".join(lines)))
 
 # %% [markdown] tags=["slide"]
