@@ -1,7 +1,8 @@
 """scrl-min: score centering for RL with a mismatched sampler.
 
 The method is `core.py` (read it top to bottom); the samplers that produce its input are `engines.py`;
-configs, the Trainer, runs over seeds and statistics are `driver.py`; TRL's GRPOTrainer with score
+configs, the Trainer and runs over seeds are `driver.py`; statistics over seeds and figure checks are
+`stats.py`; TRL's GRPOTrainer with score
 centering is `scrl_min.trl` (imported on its own: it imports TRL). Notebooks and scripts import the
 names below from `scrl_min`, never from a file, so a definition can move between files.
 """
@@ -15,9 +16,9 @@ from .engines import (DEFAULT_MODEL_PATH, FORMATS, FP8_BACKEND, FP8_BACKENDS, GR
                       PROBE_TOL, REPO_ROOT, SAMPLERS, VLLM_PRECISIONS, QuantLinear, TorchSampler, VLLMSampler,
                       code_values, cpu_supports_fp8_kv, dense_from_flat, dequantize, fp8_kv_cache, fp8_kv_round, quantize,
                       reserved_kv_cache, vllm_precision_for)
-from .driver import (ARMS, COLLAPSE_STD, EVAL_SEED, OPTIMIZERS, RunFolder, TrainConfig, Trainer, arm_config, band_plot,
-                     check_layout, collapsed, config_id, curve_auc, eval_curve, final_reward, holm, load_policy, main,
-                     make_sampler, mcnemar_exact, mean_ci95, moving_average, p_text, paired_contrasts, progress_bar,
-                     read_metrics, run_grid, train, train_many, with_run_dir)
+from .driver import (ARMS, EVAL_SEED, OPTIMIZERS, RunFolder, TrainConfig, Trainer, arm_config, config_id, load_policy,
+                     main, make_sampler, progress_bar, read_metrics, run_grid, train, train_many, with_run_dir)
+from .stats import (COLLAPSE_STD, band_plot, check_layout, collapsed, curve_auc, eval_curve, final_reward, holm,
+                    mcnemar_exact, mean_ci95, moving_average, p_text, paired_contrasts)
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -151,7 +151,7 @@ def test_config_id_changes_with_the_trainer_version(monkeypatch):
 def test_t_table_by_integrating_the_t_density():
     """Each T975 entry is where Student's t with df degrees of freedom leaves 2.5% in each tail:
     ∫_{-t}^{t} density = 0.95, the density integrated numerically (independent of any stats library)."""
-    for df, t in enumerate(scrl_min.driver.T975, start=1):
+    for df, t in enumerate(scrl_min.stats.T975, start=1):
         x = torch.linspace(-t, t, 200_001, dtype=torch.float64)
         c = math.gamma((df + 1) / 2) / (math.sqrt(df * math.pi) * math.gamma(df / 2))
         dens = c * (1 + x ** 2 / df) ** (-(df + 1) / 2)
