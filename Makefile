@@ -5,7 +5,8 @@
 #                  hours; resumable, a bar over runs
 # make test        set up .venv, run the tests: unit tests, nbval on notebook 01 (outputs compared),
 #                  the pair-sync check, papermill smoke runs of every notebook with the CI parameters
-# make lab         set up .venv, start JupyterLab at the repository root (pairing on; kernel python3 = .venv)
+# make lab         set up .venv, start JupyterLab at the repository root (pairing on; kernel python3 = .venv;
+#                  autosave off); other options through LAB_ARGS: make lab LAB_ARGS="--port 8890 --no-browser"
 # make slides      build the journal-club deck from slides/journal_club.py and the committed figures/
 # make sync        re-pair notebooks/NN_name.ipynb and NN_name.py after editing either (jupytext)
 # make model       regenerate the embedded default policy in models/qwen3-tiny-code/
@@ -44,8 +45,9 @@ test: setup
 	$(BIN)/python -m pytest -q tests $(NBVAL) --nbval --nbval-current-env \
 		--nbval-sanitize-with notebooks/nbval_sanitize.cfg
 
-lab: setup  # at the repository root: jupytext reads jupytext.toml, README, docs and figures open
-	$(BIN)/jupyter lab --config=scripts/jupyter_lab_config.py $(if $(filter 0,$(shell id -u)),--allow-root)
+LAB_ARGS ?=  # more options for `make lab`, e.g. LAB_ARGS="--port 8890 --no-browser" (jupyter lab --help-all)
+lab: setup  # at the repository root: jupytext reads jupytext.toml, README, docs and figures open; autosave off
+	$(BIN)/jupyter lab --config=scripts/jupyter_lab_config.py $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 slides: setup  # the journal-club deck: runs/slides/journal_club.slides.html (offline; reveal.js beside it)
 	$(BIN)/python scripts/make_slides.py
