@@ -29,7 +29,7 @@ at y_t and at H) · `drift_and_signal` (the split above, measured exactly) · th
 sequence level, exact support: off the main path). docs/method.md derives every equation used here.
 
 Deviations from the paper and from a production trainer (numbered, on purpose)
-  1. The default sampler (engines.py) is this same PyTorch model with its decoder Linear layers in
+  1. The default sampler (torch_sampler.py) is this same PyTorch model with its decoder Linear layers in
      FP8 (e4m3 weights with per-channel scales, e4m3 activations with per-token scales); the LM head
      stays in bf16 as in vLLM's FP8 checkpoints. `VLLMSampler` is the real engine with the same
      contract. Because FP8 at a few million parameters is a small mismatch, a persistent relative
@@ -46,10 +46,11 @@ Deviations from the paper and from a production trainer (numbered, on purpose)
   5. With V = 2,048 the sampler's full q is at hand, so each step can also log the exact drift and
      signal (`drift_and_signal`), which no production trainer can afford.
 
-Beside this file: engines.py (formats, KV caches, the torch and vLLM samplers: they produce a
-`Rollout`), driver.py (TrainConfig, arms, the Trainer that owns state and run folders, runs over
-seeds, statistics, the CLI `python -m scrl_min`), trl.py (the same loss inside TRL's GRPOTrainer).
-Imports go one way: core ← engines ← driver ← trl.
+Beside this file, one per reason to change: formats.py (quantized formats, the FP8 KV cache),
+torch_sampler.py and vllm_engine.py (the samplers: they produce a `Rollout`), driver.py (TrainConfig,
+arms, the Trainer that owns state and run folders, runs over seeds, the CLI `python -m scrl_min`),
+stats.py (statistics over seeds, figure checks), trl.py (the same loss inside TRL's GRPOTrainer).
+Imports go one way: core ← formats ← torch_sampler ← vllm_engine ← driver ← trl; stats ← core.
 """
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ import math
 import random
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 import torch
@@ -587,6 +589,8 @@ def drift_and_signal(full_logq: torch.Tensor, full_logp: torch.Tensor, ids: torc
 # (code naturally uses `if`, `return`, `None`...) and can learn to pack more distinct names in. The
 # best policies are high-entropy (any order of many names), so the sampler/trainer mismatch does not
 # vanish as training sharpens the policy.
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL_PATH = REPO_ROOT / "models" / "qwen3-tiny-code"  # the embedded tiny Qwen3 (scripts/make_default_model.py)
 PYTHON_NAMES = frozenset(keyword.kwlist) | frozenset(
     n for n in dir(builtins) if n.islower() and not n.startswith("_"))
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -659,7 +663,7 @@ def rl_step(policy, opt, sampler, tok, prompts: list, cfg, generator: torch.Gene
     one optimizer step → weight sync to the sampler. The trainer (driver.py) owns the state.
 
     policy: the trainer's model (float32, updated in place); opt: its optimizer; sampler: any engine
-    with `generate(...) -> Rollout` and `push_weights(state_dict)` (engines.py); prompts: B token-id
+    with `generate(...) -> Rollout` and `push_weights(state_dict)` (torch_sampler.py, vllm_engine.py); prompts: B token-id
     lists, GRPO groups of cfg.group_size consecutive copies; cfg: a `TrainConfig` (fields
     max_new_tokens, names_target, group_size, advantage_mode, temperature, weighting, centering,
     tis_cap, mis_band, weight_level, max_grad_norm); generator: this step's sampling seed; measure:

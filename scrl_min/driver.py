@@ -21,12 +21,14 @@ from typing import Optional
 
 import torch
 
-from .core import (ADVANTAGE_MODES, LEVELS, WEIGHTINGS, ScrlError, encode_prompt, make_task_dataset, rl_step,
-                   task_rewards)
-from .engines import (DEFAULT_MODEL_PATH, FP8_BACKEND, FP8_BACKENDS, KV_CACHES, PRECISIONS, SAMPLERS,
-                      VLLM_PRECISIONS, TorchSampler, VLLMSampler, vllm_precision_for)
+from .core import (ADVANTAGE_MODES, DEFAULT_MODEL_PATH, LEVELS, WEIGHTINGS, ScrlError, encode_prompt,
+                   make_task_dataset, rl_step, task_rewards)
+from .formats import FP8_BACKEND, FP8_BACKENDS, KV_CACHES, PRECISIONS
+from .torch_sampler import TorchSampler
+from .vllm_engine import VLLM_PRECISIONS, VLLMSampler, vllm_precision_for
 
 OPTIMIZERS = ("sgd", "adam")
+SAMPLERS = ("torch", "vllm")  # rollout engines: TorchSampler, VLLMSampler
 # the choices of TrainConfig's string fields (checked in __post_init__, offered by the CLI)
 CHOICES = dict(advantage_mode=ADVANTAGE_MODES, optimizer=OPTIMIZERS, sampler=SAMPLERS,
                sampler_precision=PRECISIONS, kv_cache=KV_CACHES, vllm_precision=("auto", *VLLM_PRECISIONS),

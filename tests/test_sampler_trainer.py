@@ -455,7 +455,7 @@ def test_sampler_attention_broadcasts_kv_heads_with_the_same_numbers(policy):
     s = TorchSampler(model.config, precision="fp32", k=4)
     s.push_weights(model.state_dict())
     assert s.model.config._attn_implementation == "sdpa_gqa" and model.config._attn_implementation == "sdpa"
-    ids, mask = scrl_min.engines._left_pad(prompts_of(tok, 4), tok.pad_token_id)
+    ids, mask = scrl_min.torch_sampler._left_pad(prompts_of(tok, 4), tok.pad_token_id)
     pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
         a = s.model(input_ids=ids, attention_mask=mask.long(), position_ids=pos).logits

@@ -380,7 +380,7 @@ def test_noise_and_staleness_reach_the_engine_and_pass_verification(engine, poli
 
 
 def test_vllm_precision_of_each_arm(monkeypatch):
-    import scrl_min.engines as core
+    import scrl_min.vllm_engine as core
 
     assert vllm_precision_for("bf16") == "bf16" and vllm_precision_for("fp8", "bf16") == "bf16"
     monkeypatch.setattr(core.torch.cuda, "is_available", lambda: True)

@@ -3,7 +3,7 @@ import math
 from types import SimpleNamespace
 
 from scrl_min import EMPTY_LOGP, RolloutError
-from scrl_min.engines import _check_lengths, _empty_dense, _short_head_error
+from scrl_min.vllm_engine import _check_lengths, _empty_dense, _short_head_error
 
 
 class _Flat(SimpleNamespace):
