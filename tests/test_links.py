@@ -107,3 +107,42 @@ def test_every_relative_link_and_anchor_resolves(page):
     assert list(links(page)) or page.name != "README.md", "no link found in README.md: the parser is broken"
     bad = broken(page)
     assert not bad, "dangling links:\n" + "\n".join(bad)
+
+
+CITATION = re.compile(r'(README(?:\.md)?|docs/\w+\.md)`?,? (?:section )?"([^"]+)"')
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_section_cited_by_name_exists(page):
+    """`docs/trl.md, "Cost"` and `README, "Metrics"` in prose are links too: the section must exist."""
+    bad = []
+    for m in CITATION.finditer(page.read_text()):
+        name, section = m.groups()
+        target = REPO / ("README.md" if name.startswith("README") else name)
+        if not target.exists() or slug(section) not in anchors(target):
+            line = page.read_text().count("\n", 0, m.start()) + 1
+            bad.append(f"{page.relative_to(REPO)}:{line}: cites section \"{section}\" of {name}, which has none")
+    assert not bad, "\n".join(bad)
+
+
+def reading_order() -> list:
+    """The README's notebooks by part: [(part, [file number, ...]), ...], from its section's tables."""
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("\n## The notebooks, in three parts")
+    section = readme[start:readme.index("\n## ", start + 3)]
+    parts = re.split(r"^\*\*(.+?)\*\*.*$", section, flags=re.M)[1:]
+    return [(title, re.findall(r"^\| `(\d\d)_\w+` \|", body, flags=re.M)) for title, body in zip(parts[::2], parts[1::2])]
+
+
+def test_one_reading_order_in_the_readme_and_docs_notebooks():
+    order = reading_order()
+    assert [title.split(":")[0] for title, _ in order] == ["The idea", "The experiments", "In production"], order
+    numbers = [n for _, ns in order for n in ns]
+    assert len(numbers) == len(set(numbers)), f"a notebook is listed twice in the README's reading order: {numbers}"
+    on_disk = {p.name[:2] for p in (REPO / "notebooks").glob("[0-9][0-9]_*.py")}
+    assert on_disk <= set(numbers), f"notebooks missing from the README's reading order: {sorted(on_disk - set(numbers))}"
+    page = (REPO / "docs" / "notebooks.md").read_text()
+    m = re.search(r"^The notebooks, in the README's reading order \(.*?\):\n(.+?)\n\n", page, flags=re.M | re.S)
+    assert m, "docs/notebooks.md no longer states the reading order"
+    groups = [re.findall(r"\b\d\d\b", g) for g in m.group(1).split(";")]
+    assert groups == [ns for _, ns in order], f"docs/notebooks.md orders the notebooks {groups}, the README {order}"
