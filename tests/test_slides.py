@@ -8,6 +8,45 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+
+
+def local_references(html: str, root: Path) -> list:
+    """Every file the deck at `root` asks for (script src, stylesheet href, CSS @import and url()), followed through
+    the stylesheets it loads, that is missing; data: URIs and anchors excluded."""
+    missing, seen = [], set()
+    todo = [(root / "deck.html", ref) for ref in re.findall(r"""<(?:script|link)\b[^>]*?(?:src|href)\s*=\s*["']([^"']+)""", html)]
+    while todo:
+        base, ref = todo.pop()
+        if ref.startswith(("data:", "#")) or (base, ref) in seen:
+            continue
+        seen.add((base, ref))
+        path = (base.parent / ref.split("#")[0].split("?")[0]).resolve()
+        if not path.is_file():
+            missing.append(f"{ref} (asked for by {base.relative_to(root)})")
+        elif path.suffix == ".css":
+            css = re.sub(r"/\*.*?\*/", "", path.read_text(), flags=re.S)
+            refs = re.findall(r"""@import\s+(?:url\()?\s*["']?([^"')\s;]+)""", css)
+            refs += re.findall(r"""url\(\s*["']?([^"')]+)""", css)
+            todo += [(path, r) for r in refs]
+    return missing
+
+
+def test_every_file_the_deck_asks_for_is_shipped(tmp_path):
+    """The deck's page through the real exporter and template (a one-slide notebook, no kernel), written with
+    reveal.js beside it as `make slides` writes it: every script, stylesheet (the theme included) and file a
+    stylesheet imports is there, and nothing comes from the network."""
+    import nbformat
+    import make_slides
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# A slide", metadata={"slideshow": {
+        "slide_type": "slide"}})])
+    html, _ = make_slides.exporter().from_notebook_node(nb, resources={"metadata": {"name": "test"}})
+    path = make_slides.write(html, tmp_path)
+    assert f'reveal.js/dist/theme/{make_slides.THEME}.css' in html, "the deck names no theme"
+    missing = local_references(html, path.parent)
+    assert not missing, "the deck asks for files that are not shipped: " + ", ".join(missing)
+    assert not re.findall(r"""(?:src|href)\s*=\s*["'](?:https?:)?//""", html), "the deck loads from the network"
 
 
 @pytest.mark.slow
@@ -24,8 +63,8 @@ def test_deck_builds_offline_with_the_verdicts_numbers(tmp_path):
     assert (tmp_path / "reveal.js" / "dist" / "reveal.js").exists()
     assert 'src="reveal.js/dist/reveal.js"' in html
     assert html.count("data:image/png;base64,") >= 8, "figures are not embedded"
+    assert not local_references(html, tmp_path), f"missing beside the deck: {local_references(html, tmp_path)}"
     assert "def figure(" not in html, "code cells leaked into the deck"
-    sys.path.insert(0, str(REPO / "scripts"))
     import verdict
 
     rows = verdict.with_tests(verdict.rows())
