@@ -1,0 +1,264 @@
+"""The verdict page follows from the committed JSON and its inference rule (docs/verdict.md, "The inference rule"):
+the page and the README's verdict blocks regenerate byte for byte; each piece of the rule (the test a wording
+needs, pooling replicates per seed, the heterogeneity test, Holm within a family, seeds needed, the status) agrees
+with an independent computation; a claim decided in its own family is not demoted by a page-wide one; and the
+numbers written by hand in docs/results.md are the ones scripts/verdict.py computes."""
+import json
+import math
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+import verdict  # noqa: E402
+
+M = verdict.MARGIN
+
+
+@pytest.fixture(scope="module")
+def made():
+    rs = verdict.tested_rows()
+    return rs, verdict.made(rs)
+
+
+# ── the page is the JSON under the rule ────────────────────────────────────────────────────────────
+def test_page_and_readme_regenerate_byte_for_byte(made, tmp_path):
+    """Writing the generated blocks into copies of docs/verdict.md and README.md changes not one byte; the forest
+    plot's JSON is the rows themselves."""
+    rs, m = made
+    for path, names in ((verdict.PAGE, verdict.PAGE_BLOCKS), (verdict.README, verdict.README_BLOCKS)):
+        copy = tmp_path / path.name
+        shutil.copy(path, copy)
+        verdict.write_blocks(copy, {k: m[k] for k in names})
+        assert copy.read_bytes() == path.read_bytes(), (
+            f"{path.relative_to(REPO)} differs from what scripts/verdict.py makes: run python scripts/verdict.py --write")
+    assert (verdict.FIG / "verdict_forest.json").read_text() == json.dumps(rs, indent=1)
+    readme = verdict.README.read_text()
+    assert "docs/verdict.md" in readme[:3000], "the README's first screen links the verdict"
+
+
+def test_the_rule_is_stated_before_the_claims_and_no_cell_is_a_vote():
+    page = " ".join(verdict.PAGE.read_text().split())
+    rule = page.index("## The inference rule")
+    assert rule < page.index("<!-- verdict:claims -->")
+    for term in ("TOST", "non-inferiority at −M", "M = 0.05", "heterogeneity", "sensitivity column", "not decided",
+                 "seeds 0-4 were seen before its pre-registration", "## What this does not show"):
+        assert term in page, term
+    for text in (page, verdict.README.read_text()):
+        assert "point estimate lower in" not in text and "resolved in 0 of" not in text  # no votes over cells
+        assert "on both CPU models' runs |" not in text and "reproduced on one CPU model's runs" not in text  # both-must-pass
+
+
+# ── the rule's pieces against independent computations ─────────────────────────────────────────────
+D = np.array([0.12, -0.03, 0.07, 0.21, 0.02, 0.09, -0.05, 0.15])  # a hand-made sample of paired differences
+
+
+@pytest.mark.parametrize("kind, alternative, popmean", [("greater", "greater", 0.0), ("less", "less", 0.0),
+                                                         ("noninferior", "greater", -M), ("two-sided", "two-sided", 0.0)])
+def test_one_sided_and_non_inferiority_p_are_scipys(kind, alternative, popmean):
+    for d in (D, -D, D - 0.08):
+        got = verdict.paired_test(d, kind)
+        want = stats.ttest_1samp(d, popmean, alternative=alternative).pvalue
+        assert got["p"] == pytest.approx(want, rel=1e-10)
+        lo, hi = stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
+        assert got["ci95"] == pytest.approx((hi - lo) / 2, rel=1e-10) and got["mean"] == pytest.approx(d.mean())
+
+
+def test_tost_is_the_larger_of_two_one_sided_t_tests():
+    for d in (D, D - 0.08, D * 0.3, D * 0.3 + 0.02):
+        lower = stats.ttest_1samp(d, -M, alternative="greater").pvalue
+        upper = stats.ttest_1samp(d, M, alternative="less").pvalue
+        assert verdict.paired_test(d, "equivalent")["p"] == pytest.approx(max(lower, upper), rel=1e-10)
+    # a tight sample around 0 is equivalent, a wide one is not
+    assert verdict.paired_test(D * 0.1, "equivalent")["p"] < 0.01
+    assert verdict.paired_test(D * 3, "equivalent")["p"] > 0.5
+
+
+def test_the_opposite_test_is_the_other_tail():
+    for kind, alternative, popmean in (("greater", "less", 0.0), ("less", "greater", 0.0), ("noninferior", "less", -M)):
+        got = verdict.paired_test(D, kind)["p_opposite"]
+        assert got == pytest.approx(stats.ttest_1samp(D, popmean, alternative=alternative).pvalue, rel=1e-10)
+
+
+def test_pooling_takes_the_seed_as_the_unit():
+    """Two replicates of 6 seeds: the units are the per-seed means, n = 6 (not 12), the t interval has 5 df."""
+    a = np.array([0.1, 0.3, -0.2, 0.05, 0.2, 0.0])
+    b = np.array([0.2, 0.1, -0.1, 0.15, 0.4, -0.1])
+    r = verdict.tested("x", "s", "a − b", [a, b], kind="greater")
+    assert r["per_seed"] == pytest.approx(list((a + b) / 2)) and r["n"] == 6 and r["k"] == 2
+    u = (a + b) / 2
+    assert r["ci95"] == pytest.approx(stats.t.ppf(0.975, 5) * u.std(ddof=1) / math.sqrt(6))
+    assert r["replicate_means"][1][0] == pytest.approx(b.mean())
+    with pytest.raises(ValueError, match="equal-length"):
+        verdict.pool_replicates([a, b[:5]])
+
+
+def test_the_headline_rows_pool_the_two_cpu_models(made):
+    """The committed rows of notebook 02 are the mean, per seed, of figures/ and figures/other_cpu/'s differences."""
+    rs, _ = made
+    if not verdict.replicated("02"):
+        pytest.skip("figures/other_cpu/ holds no run of notebook 02")
+    runs = [json.loads((f / "02_fp8_arms.json").read_text())["final"] for f in (verdict.FIG, verdict.OTHER_CPU)]
+    for r in (r for r in rs if r["source"] == "02"):
+        a, b = r["contrast"].split(" − ")
+        per = [np.array(x[a]["final_eval_per_seed"]) - np.array(x[b]["final_eval_per_seed"]) for x in runs]
+        assert r["per_seed"] == pytest.approx(list((per[0] + per[1]) / 2), abs=1e-15)
+        assert r["het_p"] == pytest.approx(stats.ttest_rel(per[0], per[1]).pvalue, rel=1e-10)
+
+
+def test_heterogeneity_flags_replicates_that_differ():
+    rng = np.random.default_rng(0)
+    a = rng.normal(0.1, 0.1, 10)
+    b = a + 0.25 + rng.normal(0, 0.03, 10)  # the same seeds, shifted on the other replicate
+    c = a + rng.normal(0, 0.03, 10)  # the same seeds, no shift
+    assert verdict.heterogeneity_p([a, b]) == pytest.approx(stats.ttest_rel(a, b).pvalue, rel=1e-10)
+    assert verdict.heterogeneity_p([a, b]) < 0.05 and verdict.heterogeneity_p([a, c]) > 0.05
+    assert verdict.heterogeneity_p([a]) is None
+    # three replicates: the F test of the replicate effect with seeds as blocks, against least squares
+    x = np.array([a, b, c])  # (k, n)
+    k, n = x.shape
+    y = x.ravel()
+    seed = np.tile(np.eye(n), (k, 1))
+    rep = np.repeat(np.eye(k)[:, 1:], n, axis=0)
+    rss = [np.linalg.lstsq(X, y, rcond=None)[1][0] for X in (seed, np.hstack([seed, rep]))]
+    f = ((rss[0] - rss[1]) / (k - 1)) / (rss[1] / ((k - 1) * (n - 1)))
+    assert verdict.heterogeneity_p(x) == pytest.approx(stats.f.sf(f, k - 1, (k - 1) * (n - 1)), rel=1e-8)
+    # a flag never changes a status: the row says so beside it
+    r = verdict.apply_holm([verdict.tested("x", "s", "a − b", [a, b], family="02", kind="greater")])[0]
+    assert r["status"] == "reproduced" and "replicates differ" in verdict.status_text(r)
+
+
+def test_holm_by_hand_and_within_each_family():
+    p = [0.01, 0.04, 0.03, 0.005]
+    # sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04 → monotone 0.02, 0.03, 0.06, 0.06
+    assert list(verdict.holm(p)) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    rows = [dict(family=f, kind="greater", p=q, p_opposite=1 - q, mean=0.1, sd=0.1, n=5)
+            for f, q in zip(["02", "02", "07", "07"], p)]
+    verdict.apply_holm(rows)
+    # within 02: 0.01, 0.04 → 0.02, 0.04; within 07: 0.03, 0.005 → 0.03, 0.01 (over all four it would be the above)
+    assert [r["p_holm"] for r in rows] == pytest.approx([0.02, 0.04, 0.03, 0.01])
+    assert [r["m"] for r in rows] == [2, 2, 2, 2]
+
+
+def test_a_claim_decided_in_its_family_is_not_demoted_by_a_page_wide_one():
+    """Two contrasts in their notebook's family and 60 descriptive rows: the family's Holm decides the claim, the
+    page-wide Holm (62 rows) would not, and only appears as the sensitivity column."""
+    rng = np.random.default_rng(1)
+    cost = [-0.12, -0.05, -0.2, -0.02, -0.15, -0.08, -0.1, 0.03]  # one-sided p about 0.006
+    claim = verdict.tested("02", "s", "plain − bf16", [cost], family="02", kind="less")
+    other = verdict.tested("02", "s", "sc − mis", [[-0.2, 0.1, -0.3, 0.05, -0.15, 0.0, -0.25, 0.1]], family="02",
+                           kind="noninferior")
+    noise = [verdict.tested("06", f"c{i}", "sc − plain", [rng.normal(0, 0.1, 3)]) for i in range(60)]
+    rows = verdict.page_holm(verdict.apply_holm([claim, other] + noise))
+    assert claim["p"] * 62 > 0.05 and claim["p_page"] > 0.05  # page-wide it would not hold
+    assert claim["p_holm"] < 0.05 and claim["status"] == "reproduced"
+    assert all(r["status"] == "" and r["p_holm"] is None for r in rows[2:])  # descriptive rows get no status
+
+
+def test_every_status_on_the_page_follows_from_its_family(made):
+    rs, _ = made
+    rs = rs + verdict.slope_rows()
+    for r in rs:
+        if r["family"] is None:
+            assert r["status"] == ""
+            continue
+        assert r["status"] == verdict.decide(r["kind"], r["p_holm"], r["p_opposite_holm"])
+        if r["family"] not in ("06 map",):
+            fam = [x for x in rs if x["family"] == r["family"]]
+            want = verdict.holm([x["p"] for x in fam])[[x is r for x in fam].index(True)]
+            assert r["p_holm"] == pytest.approx(want)
+
+
+@pytest.mark.parametrize("kind, p, opp, want", [
+    ("greater", 0.01, 0.99, "reproduced"), ("less", 0.2, 0.01, "contradicted"), ("less", 0.2, 0.3, "not decided"),
+    ("noninferior", 0.04, 0.9, "non-inferior"), ("equivalent", 0.001, 1.0, "equivalent within ±0.05"),
+    ("two-sided", 0.001, None, "")])
+def test_decide(kind, p, opp, want):
+    assert verdict.decide(kind, p, opp) == want
+
+
+def test_seeds_needed_gives_80_percent_power():
+    """At the returned n the one-sided t test at level α has about 80% power (exact, noncentral t); at n − 1 it has
+    less than the target by the approximation's own rule."""
+    for mean, sd, kind, level in ((0.1, 0.2, "greater", 0.01), (-0.05, 0.1, "less", 0.025), (0.0, 0.1, "noninferior", 0.01)):
+        n = verdict.seeds_needed(mean, sd, kind, level)
+        delta = {"greater": mean, "less": -mean, "noninferior": mean + M}[kind]
+        exact = [stats.nct.sf(stats.t.ppf(1 - level, k - 1), k - 1, delta * math.sqrt(k) / sd) for k in (n - 1, n)]
+        assert exact[1] >= 0.77 and exact[0] < 0.83, (kind, n, exact)
+    assert verdict.seeds_needed(-0.1, 0.2, "greater", 0.01) is None  # the wrong side of 0: no n decides it
+    assert verdict.seeds_needed(0.06, 0.1, "equivalent", 0.01) is None  # outside the margin
+    n = verdict.seeds_needed(0.0, 0.1, "equivalent", 0.05)  # TOST at δ = 0: about ((z_.95 + z_.9) σ / M)²
+    assert abs(n - ((stats.norm.ppf(0.95) + stats.norm.ppf(0.9)) * 0.1 / M) ** 2) < 3
+
+
+# ── notebook 10: one family, no votes, a primary cell when one is declared ────────────────────────
+def test_the_gradient_claims_read_a_primary_cell_when_one_is_declared(monkeypatch):
+    g = json.loads((verdict.FIG / "10_gradient_test.json").read_text())
+    made_ = verdict.gradient_claims(g)
+    assert all("not decided" in c["status"] and c["row"] is None for c in made_)
+    label = next(c["label"] for c in g["contrasts"] if c["label"].endswith(" · C3"))
+    monkeypatch.setitem(verdict.GRADIENT_PRIMARY, "C3", label)
+    c3 = [c for c in verdict.gradient_claims(g) if "than MIS's" in c["claim"]][0]
+    assert label in c3["number"] and c3["row"]["label"] == label
+    cell = next(c for c in g["contrasts"] if c["label"] == label)
+    assert c3["row"]["p"] == pytest.approx(stats.t.cdf(cell["t"], g["parameters"]["replicates"] - 1))
+
+
+# ── the statements the page rests on, and the numbers written by hand ──────────────────────────────
+def test_the_ladder_reference_is_notebook_02s_bf16_and_11_shares_its_runs():
+    """Notebook 11's σ 0.1 rung is notebook 02's seeds 0-4 (so 02's bf16 runs are the ladder's reference), and
+    notebook 06's raw FP8 and int4 g128 cells are notebook 11's seeds 0-2, on each CPU model that ran them."""
+    for f in verdict.replicate_dirs("11"):
+        d11, d02 = (json.loads((f / n).read_text()) for n in ("11_severity_slope.json", "02_fp8_arms.json"))
+        seeds = d11["parameters"]["seeds"]
+        for arm in d11["parameters"]["arms"]:
+            assert d11["per_rung"]["fp8 + σ 0.1"]["final"][arm]["per_seed"] == \
+                d02["final"][arm]["final_eval_per_seed"][:len(seeds)]
+    d6 = json.loads((verdict.FIG / "06_regime_map.json").read_text())["final_per_run"]
+    d11 = json.loads((verdict.FIG / "11_severity_slope.json").read_text())["per_rung"]
+    for rung in ("fp8", "int4_g128"):
+        for arm in ("plain", "mis", "sc"):
+            assert [d6[f"raw / {rung} / {arm} / {s}"] for s in range(3)] == d11[rung]["final"][arm]["per_seed"][:3]
+
+
+def u(x, d=2):
+    """A signed number as the prose writes it (a real minus sign)."""
+    return f"{x:+.{d}f}".replace("-", "−")
+
+
+def test_the_numbers_written_in_results_md_are_verdicts(made):
+    rs, _ = made
+    text = " ".join((REPO / "docs" / "results.md").read_text().split())
+    cost, rec = verdict._find(rs, "02", "plain − bf16"), verdict._find(rs, "02", "sc − plain")
+    tis, mis = verdict._find(rs, "02", "sc − tis"), verdict._find(rs, "02", "sc − mis")
+    assert cost["status"] == rec["status"] == "reproduced" and tis["status"] == mis["status"] == "not decided"
+    for s in (f"plain − bf16 {u(cost['mean'])} ± {cost['ci95']:.2f} (the two runs do not differ, heterogeneity p "
+              f"{verdict.p_text(cost['het_p'])})",
+              f"SC − plain {u(rec['mean'])} ± {rec['ci95']:.2f} (they do differ in size, heterogeneity p "
+              f"{verdict.p_text(rec['het_p'])})",
+              f"pooled {u(tis['mean'])} ± {tis['ci95']:.2f}", f"pooled {u(mis['mean'])} ± {mis['ci95']:.2f}",
+              f"about {tis['seeds']} and {mis['seeds']} seeds would decide it"):
+        assert s in text, s
+    assert cost["het_p"] >= 0.05 > rec["het_p"]
+    int4 = verdict._find(rs, "11", "sc − plain", "int4_g128, ")
+    (m1, h1), (m2, h2) = int4["replicate_means"]
+    assert f"give {u(m1)} ± {h1:.2f} on this CPU model and {u(m2)} ± {h2:.2f} on the other" in text
+    alone = verdict._find(rs, "11", "plain − bf16 (02's)", "fp8, ")
+    assert f"5 seeds × 2 CPU models, gives {u(alone['mean'])} ± {alone['ci95']:.2f}" in text
+
+
+def test_what_this_does_not_show_names_the_setting_that_ran():
+    """The numbers of the 'What this does not show' section are the committed runs' parameters."""
+    page = " ".join(verdict.PAGE.read_text().split())
+    section = page[page.index("## What this does not show"):]
+    p02 = json.loads((verdict.FIG / "02_fp8_arms.json").read_text())["parameters"]
+    g = json.loads((verdict.FIG / "10_gradient_test.json").read_text())
+    for s in (f"{g['n_params'] / 1e6:.1f}M-parameter policy", f"{p02['max_new_tokens']}-token completions",
+              f"a {g['vocab_size']:,}-token vocabulary", f"{p02['steps']} SGD updates at lr {p02['lr']:g}",
+              f"at {p02['max_new_tokens']} tokens", f"With V = {g['vocab_size']:,} the top-{g['parameters']['k']} head"):
+        assert s in section, s
