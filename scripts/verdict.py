@@ -392,7 +392,8 @@ def _map_holm_06() -> dict:
 def tested(source, setting, contrast, replicates, kl=None, family=None, kind="two-sided") -> dict:
     """One row under the rule: the seed units (mean over `replicates`, (k, n)), the test `kind` over them,
     the heterogeneity p, each replicate's own mean ± 95%, wins on the claim's side. Holm comes later
-    (`apply_holm`, within `family`)."""
+    (`apply_holm`, within `family`). replicates: (k, n) per-seed differences, k replicates × n ≥ 2 seeds; raises
+    ValueError when their lengths differ or n < 2 (`pool_replicates`, `paired_test`)."""
     reps = [[float(v) for v in x] for x in replicates]
     units = pool_replicates(reps)
     r = dict(source=source, setting=setting, contrast=contrast, family=family, kind=kind, kl=kl, k=len(reps),
@@ -660,11 +661,12 @@ def claims_table(cs: list | None = None) -> str:
     return "\n".join(lines)
 
 
-def readme_table(rs=None) -> str:
-    """The README's short form of the claims table: claim, where, mean ± 95%, status in a few words. `rs` is
-    accepted for the deck's older call (readme_table(rows)) and ignored: the claims are always tested_rows()'."""
+def readme_table(rs=None, cs: list | None = None) -> str:
+    """The README's short form of the claims table (`cs`, claims() when None): claim, where, mean ± 95%, status in
+    a few words. `rs` is accepted for the deck's older call (readme_table(rows)) and ignored: the claims always
+    come from tested_rows()."""
     lines = ["| the article's claim | where | paired difference | status |", "|---|---|---|---|"]
-    for c in claims():
+    for c in (claims() if cs is None else cs):
         lines.append(f"| {c['claim']} | {c['where'].split(' · ')[0]} | {c['short']} | {c['short_status']} |")
     return "\n".join(lines)
 
@@ -899,7 +901,7 @@ def made(rs: list | None = None) -> dict:
     cs = claims(rs, slopes, g)
     return {"claims": claims_table(cs), "ladder": ladder_table(), "forest": forest_table(rs),
             "severity": severity_text(rs, slopes), "gradient": gradient_text(g, grs),
-            "readme": readme_table(), "readme_note": readme_note(cs)}
+            "readme": readme_table(cs=cs), "readme_note": readme_note(cs)}
 
 
 PAGE_BLOCKS = ("claims", "ladder", "forest", "severity", "gradient")
