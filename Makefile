@@ -1,9 +1,9 @@
-# make reproduce   set up .venv, run notebooks 01, 03, 04, 05 headlessly (full size), write figures/ and the
+# make reproduce   set up .venv, run notebooks 01, 03, 04, 05, 12 headlessly (full size), write figures/ and the
 #                  committed notebook outputs (with reproduce-full, the only commands that write them)
 # make reproduce-full  every other notebook: 02 (the headline, 12 seeds), 06-09 (regime map, staleness,
 #                  readers' questions, signed rewards), 10 (the gradient-level test), 11 (severity slope);
 #                  hours; resumable, a bar over runs
-# make test        set up .venv, run the tests: unit tests, nbval on notebook 01 (outputs compared),
+# make test        set up .venv, run the tests: unit tests, nbval on notebooks 01 and 12 (outputs compared),
 #                  the pair-sync check, papermill smoke runs of every notebook with the CI parameters
 # make lab         set up .venv, start JupyterLab at the repository root (pairing on; kernel python3 = .venv;
 #                  autosave off); other options through LAB_ARGS: make lab LAB_ARGS="--port 8890 --no-browser"
@@ -17,9 +17,9 @@ export OMP_NUM_THREADS ?= 2
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_VERBOSITY ?= error
 
-NBVAL  := notebooks/01_signal_and_drift.ipynb  # fast and deterministic at full size: outputs compared
+NBVAL  := notebooks/01_signal_and_drift.ipynb notebooks/12_method_note.ipynb  # fast and deterministic at full size: outputs compared
 REPRODUCE_NB := $(addprefix notebooks/,01_signal_and_drift.ipynb 03_topk_estimator.ipynb 04_sampler_mismatch.ipynb \
-                05_score_centering_in_trl.ipynb)  # make reproduce: within 30 minutes
+                05_score_centering_in_trl.ipynb 12_method_note.ipynb)  # make reproduce: within 30 minutes
 FULL_NB      := $(filter-out $(REPRODUCE_NB),$(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb)))  # the rest: within 5 hours
 
 .PHONY: setup reproduce reproduce-full test lab slides sync model clean
