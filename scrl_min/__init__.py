@@ -14,7 +14,7 @@ from .core import (ADVANTAGE_MODES, DEFAULT_MODEL_PATH, EMPTY_LOGP, PYTHON_NAMES
                    compute_advantages, distinct_names_reward, drift_and_signal, encode_prompt, importance_weight,
                    make_task_dataset, reduce_loss, rl_step, score_centered_pg_loss, score_centered_pg_loss_options,
                    tail_alpha, task_user_message, trainer_logprobs, validate_rollout)
-from .core import gather_logprobs, lm_head_logprobs
+from .logprobs import gather_logprobs, lm_head_logprobs
 from .formats import (FORMATS, GRIDS, KV_CACHES, KV_SCALE, PRECISIONS, QuantLinear, code_values, dequantize,
                       fp8_kv_cache, fp8_kv_round, quantize, reserved_kv_cache)
 from .torch_sampler import TorchSampler
@@ -27,16 +27,16 @@ from .stats import (COLLAPSE_STD, band_plot, check_layout, collapsed, curve_auc,
 # what the notebooks and scripts import (tests/test_structure.py checks that the list is exactly that)
 __all__ = [
     # the method (core.py, logprobs.py)
-    "ADVANTAGE_MODES", "DEFAULT_MODEL_PATH", "PYTHON_NAMES", "REPO_ROOT", "RHO_EPS", "TAIL_TOL", "WEIGHTINGS",
+    "DEFAULT_MODEL_PATH", "PYTHON_NAMES", "REPO_ROOT", "RHO_EPS", "TAIL_TOL", "WEIGHTINGS",
     "Rollout", "RolloutError", "ScrlError", "centering_term", "compute_advantages", "distinct_names_reward",
     "drift_and_signal", "encode_prompt", "gather_logprobs", "importance_weight", "lm_head_logprobs",
-    "make_task_dataset", "reduce_loss", "score_centered_pg_loss", "task_user_message", "trainer_logprobs",
+    "make_task_dataset", "reduce_loss", "rl_step", "score_centered_pg_loss", "task_user_message", "trainer_logprobs",
     "validate_rollout",
     # the samplers (formats.py, torch_sampler.py, vllm_engine.py)
     "FORMATS", "KV_CACHES", "PRECISIONS", "PROBE_TOL", "QuantLinear", "TorchSampler", "VLLMSampler",
     "cpu_supports_fp8_kv", "dense_from_flat", "dequantize", "vllm_precision_for",
     # runs (driver.py)
-    "ARMS", "TrainConfig", "Trainer", "arm_config", "load_policy", "progress_bar", "run_grid", "train_many",
+    "ARMS", "EVAL_SEED", "TrainConfig", "Trainer", "arm_config", "load_policy", "progress_bar", "run_grid", "train_many",
     "with_run_dir",
     # statistics and figures (stats.py)
     "COLLAPSE_STD", "band_plot", "check_layout", "collapsed", "curve_auc", "eval_curve", "final_reward", "holm",

@@ -20,13 +20,14 @@ where H is the sampler's top-k head, the unseen tail is modeled as q_v ≈ ρ p_
 
     ρ = (1 − Σ_H q_v)_+ / max(1 − Σ_H p_v, ε),   m_v = q_v f(p_v/q_v),   α = ρ f(1/ρ),   c_v = m_v − α p_v.
 
-Reading order (top to bottom): `Rollout` and `validate_rollout` (what a sampler hands the loss) ·
-`importance_weight` and `tail_alpha` (f and α, the paper's table) · `centering_coefficients` (ρ, m, α,
-c) · `score_centered_pg_loss` (eq. SC) · `centering_term` (the part a PG loss adds to become SC) ·
-`reduce_loss` · `compute_advantages` · `gather_logprobs`, `lm_head_logprobs`, `trainer_logprobs` (log p
-at y_t and at H) · `drift_and_signal` (the split above, measured exactly) · the task
-(`make_task_dataset`, `distinct_names_reward`) · `rl_step` (one RL step) · loss options (PPO clip,
-sequence level, exact support: off the main path). docs/method.md derives every equation used here.
+Reading order (top to bottom): `Rollout` (what a sampler hands the loss) · `importance_weight` and
+`tail_alpha` (f and α, the paper's table) · `centering_coefficients` (ρ, m, α, c) ·
+`score_centered_pg_loss` (eq. SC) · `centering_term` (the part a PG loss adds to become SC) ·
+`reduce_loss` · `compute_advantages` · `trainer_logprobs` (log p at y_t and at H) · `drift_and_signal`
+(the split above, measured exactly) · the task (`make_task_dataset`, `distinct_names_reward`) ·
+`StepConfig` and `rl_step` (one RL step, in numbered steps) · loss options (PPO clip, sequence level,
+exact support: off the main path) · input checks (`validate_rollout`, the loss's). docs/method.md
+derives every equation used here.
 
 Deviations from the paper and from a production trainer (numbered, on purpose)
   1. The default sampler (torch_sampler.py) is this same PyTorch model with its decoder Linear layers in
@@ -46,11 +47,10 @@ Deviations from the paper and from a production trainer (numbered, on purpose)
   5. With V = 2,048 the sampler's full q is at hand, so each step can also log the exact drift and
      signal (`drift_and_signal`), which no production trainer can afford.
 
-Beside this file, one per reason to change: formats.py (quantized formats, the FP8 KV cache),
-torch_sampler.py and vllm_engine.py (the samplers: they produce a `Rollout`), driver.py (TrainConfig,
-arms, the Trainer that owns state and run folders, runs over seeds, the CLI `python -m scrl_min`),
-stats.py (statistics over seeds, figure checks), trl.py (the same loss inside TRL's GRPOTrainer).
-Imports go one way: core ← formats ← torch_sampler ← vllm_engine ← driver ← trl; stats ← core.
+Beside this file, one per reason to change: logprobs.py (log p without the (tokens × V) logits in
+memory), formats.py, torch_sampler.py and vllm_engine.py (the samplers that produce a `Rollout`),
+driver.py (configs, the Trainer, runs, the CLI), stats.py, trl.py. They import this file, never the
+reverse; it imports only errors.py and logprobs.py.
 """
 from __future__ import annotations
 
@@ -65,6 +65,9 @@ from typing import Optional
 
 import torch
 
+from .errors import RolloutError, ScrlError
+from .logprobs import completion_logits, gather_logprobs
+
 EMPTY_LOGP = -9000.0  # head log-probs at or below this (the -9999 stand-in, -inf) mark an empty slot
 RHO_EPS = 1e-6  # floor of the trainer's tail mass in ρ's denominator
 TAIL_TOL = 1e-5  # a sampler tail mass below this counts as zero (float32 rounding of Σ_H q)
@@ -73,14 +76,10 @@ MAX_LOG_RATIO = 20.0  # |log r| is clipped here before exp, so weights stay fini
 WEIGHTINGS = ("none", "is", "tis", "mis", "icepop")  # f(r): see importance_weight
 LEVELS = ("token", "sequence")  # where the importance weight applies: per token, or per sequence (GSPO)
 ADVANTAGE_MODES = ("raw", "signed", "grpo", "centered")  # see compute_advantages
-
-
-class ScrlError(ValueError):
-    """A bad input, config or engine output, named precisely (which field, sequence, position)."""
-
-
-class RolloutError(ScrlError):
-    """A sampler's output breaks the rollout contract (`validate_rollout`)."""
+# The loss's defaults, declared once (the functions below, StepConfig and TrainConfig take them from here)
+WEIGHTING = "none"  # f(r) = 1: no importance weight
+TIS_CAP = 2.0  # C of TIS: f(r) = min(r, C)
+MIS_BAND = (0.5, 5.0)  # [lo, hi] of MIS / IcePop: the ratios r = p/q a token's weight keeps
 
 
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
@@ -110,67 +109,11 @@ class Rollout:
     full_logq: Optional[torch.Tensor] = None  # (B, T, V) float32 log q over the vocabulary, if asked
 
 
-def validate_rollout(ro: Rollout, vocab_size: int, exact_support: bool = False) -> None:
-    """Check the sampler contract; raise RolloutError naming the first bad (sequence, position).
-
-    Checks: ids inside [0, V); the sampled token's log-prob present (finite, not the -9999 stand-in),
-    not NaN, <= 0 (rounding tolerance 1e-4); head log-probs not NaN, <= 0; no id twice in a head
-    row; exactly min(k, V) valid head entries (k = head_ids.shape[-1], the size the engine was asked
-    for; a log-prob at or below -9000 or -inf is an empty slot), or with exact_support at least one
-    (a filtered support may be smaller than k); the sampled token's log-prob equal to its head
-    entry's when it is in the head (within SAME_LOGP_TOL: one id, one log-prob); head mass
-    Σ_H q <= 1 + 1e-3; with exact_support (the sampler drew from its head only), the sampled token is
-    in its head row. Only generated positions (completion_mask) are checked.
-    """
-    m = ro.completion_mask
-    k = ro.head_ids.shape[-1]
-
-    def first(bad: torch.Tensor, what) -> None:  # what: a str, or (b, t) → str
-        if bad.any():
-            b, t = bad.nonzero()[0].tolist()[:2]
-            what = what(b, t) if callable(what) else what
-            raise RolloutError(f"rollout: {what} at sequence {b}, completion position {t}")
-
-    first(m & ((ro.completion_ids < 0) | (ro.completion_ids >= vocab_size)), "sampled id outside "
-          f"the vocabulary [0, {vocab_size})")
-    first(m & torch.isnan(ro.sampler_logp), "NaN sampler log-prob")
-    first(m & (~torch.isfinite(ro.sampler_logp) | (ro.sampler_logp <= EMPTY_LOGP)),
-          "missing (non-finite or stand-in) sampler log-prob of the sampled token")
-    first(m & (ro.sampler_logp > 1e-4), "positive sampler log-prob")
-    valid = ro.head_logp > EMPTY_LOGP
-    first(m & torch.isnan(ro.head_logp).any(-1), "NaN in the sampler's top-k log-probs")
-    first(m & (valid & ((ro.head_ids < 0) | (ro.head_ids >= vocab_size))).any(-1),
-          f"head id outside the vocabulary [0, {vocab_size})")
-    first(m & (valid & (ro.head_logp > 1e-4)).any(-1), "positive log-prob in the sampler's head")
-    ids = torch.where(valid, ro.head_ids, -1 - torch.arange(ro.head_ids.shape[-1], device=ro.head_ids.device))  # empties distinct
-    srt = ids.sort(-1).values
-    first(m & (srt[..., 1:] == srt[..., :-1]).any(-1), "duplicated id in the sampler's head")
-    # exactly min(k, V) valid entries: a shorter head would be centered as if it were the asked one
-    n_valid = valid.sum(-1)  # (B, T)
-    need = torch.ones_like(n_valid) if exact_support else torch.full_like(n_valid, min(k, vocab_size))
-    first(m & (n_valid == 0), "empty sampler head (no valid top-k log-prob: did the engine return an "
-          "empty top-k list?)")
-    first(m & (n_valid < need), lambda b, t: f"short sampler head: k={k} asked, {int(n_valid[b, t])} "
-          f"valid, the rest empty (the engine capped or padded its log-probs: raise its "
-          f"max_logprobs to >= {k})")
-    head_mass = torch.where(valid, ro.head_logp.exp(), torch.zeros_like(ro.head_logp)).sum(-1)
-    first(m & (head_mass > 1 + 1e-3), "sampler head mass above 1")
-    # one id, one log-prob: the sampled token's log q again in its head entry
-    y_at = valid & (ro.head_ids == ro.completion_ids[..., None])  # (B, T, k)
-    y_lp = ro.sampler_logp[..., None]
-    off = (ro.head_logp - y_lp).abs() > SAME_LOGP_TOL * y_lp.abs().clamp(min=1.0)
-    first(m & (y_at & off).any(-1), lambda b, t: f"the sampled token's log-prob "
-          f"{ro.sampler_logp[b, t].item():.7g} differs from its head entry's "
-          f"{ro.head_logp[b, t][y_at[b, t]].item():.7g} (one id, two log-probs)")
-    if exact_support:
-        first(m & ~y_at.any(-1), "sampled token outside the sampler's head (exact_support)")
-
-
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 # The loss (eq. SC)
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
-def importance_weight(log_ratio: torch.Tensor, weighting: str, tis_cap: float = 2.0,
-                      mis_band: tuple = (0.5, 5.0)) -> torch.Tensor:
+def importance_weight(log_ratio: torch.Tensor, weighting: str, tis_cap: float = TIS_CAP,
+                      mis_band: tuple = MIS_BAND) -> torch.Tensor:
     """f(r) of the paper's head/tail coefficient table, from log r = log p − log q.
 
     log_ratio: any shape, any float dtype (NaN counts as r = e^-20). Returns the same shape, float32,
@@ -198,8 +141,8 @@ def importance_weight(log_ratio: torch.Tensor, weighting: str, tis_cap: float = 
     raise ScrlError(f"unknown weighting {weighting!r}; choose one of {WEIGHTINGS}")
 
 
-def tail_alpha(rho: torch.Tensor, weighting: str, tis_cap: float = 2.0,
-               mis_band: tuple = (0.5, 5.0)) -> torch.Tensor:
+def tail_alpha(rho: torch.Tensor, weighting: str, tis_cap: float = TIS_CAP,
+               mis_band: tuple = MIS_BAND) -> torch.Tensor:
     """α = ρ · f(1/ρ): the tail's weighted mass per unit of trainer tail mass (same table).
 
     rho: any shape, >= 0, finite; returns the same shape and dtype. none: ρ · is: 1 · tis: min(1, Cρ)
@@ -221,8 +164,8 @@ def tail_alpha(rho: torch.Tensor, weighting: str, tis_cap: float = 2.0,
     raise ScrlError(f"unknown weighting {weighting!r}; choose one of {WEIGHTINGS}")
 
 
-def centering_coefficients(logp_head, sampler_logp_head, mask, weighting: str = "none",
-                           tis_cap: float = 2.0, mis_band: tuple = (0.5, 5.0), tail_tol=None):
+def centering_coefficients(logp_head, sampler_logp_head, mask, weighting: str = WEIGHTING,
+                           tis_cap: float = TIS_CAP, mis_band: tuple = MIS_BAND, tail_tol=None):
     """The coefficients c_v of eq. SC on the sampler's head H, and ρ, from detached log-probs.
 
     Args:
@@ -275,8 +218,8 @@ def tail_rounding(q: torch.Tensor, lq: torch.Tensor, sampler_dtype: torch.dtype)
 
 
 def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, advantages, mask, *,
-                           weighting: str = "none", centering: bool = True, tis_cap: float = 2.0,
-                           mis_band: tuple = (0.5, 5.0), **options):
+                           weighting: str = WEIGHTING, centering: bool = True, tis_cap: float = TIS_CAP,
+                           mis_band: tuple = MIS_BAND, **options):
     """Per-token score-centered policy-gradient loss (eq. SC in the module docstring).
 
     Args:
@@ -329,8 +272,8 @@ def score_centered_pg_loss(logp, logp_head, sampler_logp, sampler_logp_head, adv
     return loss, dict(weight=w_y, log_ratio=log_ratio, **diag)
 
 
-def centering_term(logp_head, sampler_logp_head, advantages, mask, *, weighting: str = "none",
-                   tis_cap: float = 2.0, mis_band: tuple = (0.5, 5.0)):
+def centering_term(logp_head, sampler_logp_head, advantages, mask, *, weighting: str = WEIGHTING,
+                   tis_cap: float = TIS_CAP, mis_band: tuple = MIS_BAND):
     """The centering term of eq. SC alone: sg(A_t) · Σ_{v∈H} sg(c_v) · log p(v), per token.
 
     A policy-gradient loss whose per-token term is −sg(A_t) · sg(f(r_y)) · log p(y_t) (TRL's, for one)
@@ -410,129 +353,21 @@ def compute_advantages(rewards: torch.Tensor, group_size: int, mode: str) -> tor
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 # Trainer log-probs: log p at the sampled token and at the head
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
-def _chunk_logprobs(z: torch.Tensor, ids: torch.Tensor, temperature: float) -> torch.Tensor:
-    """log softmax(z / T) at ids for one chunk of rows: z (n, V), ids (n, m) → (n, m) float32."""
-    z = z.float() / temperature
-    return z.gather(-1, ids) - torch.logsumexp(z, -1, keepdim=True)
-
-
-def _chunk_head_logprobs(h: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor,
-                         temperature: float) -> torch.Tensor:
-    """Logits h @ Wᵀ of one chunk of rows, then log-probs at ids: (n, H), (n, m), (V, H) → (n, m)."""
-    return _chunk_logprobs(h @ weight.T, ids, temperature)
-
-
-def _check_ids(ids: torch.Tensor, V: int) -> None:
-    if ids.numel() and (ids.min() < 0 or ids.max() >= V):
-        bad = ((ids < 0) | (ids >= V)).nonzero()[0].tolist()
-        raise ScrlError(f"id outside the vocabulary [0, {V}) at index {bad}")
-
-
-def _chunked(fn, rows: torch.Tensor, ids: torch.Tensor, chunk_size: int, *extra) -> torch.Tensor:
-    """Apply fn(rows[chunk], ids[chunk], *extra) chunk by chunk. Under autograd each chunk is
-    checkpointed: its (chunk × V) intermediates are freed after the forward and recomputed in the
-    backward, so at most one chunk of (tokens × vocab) floats is alive at a time."""
-    from torch.utils.checkpoint import checkpoint
-
-    grad = torch.is_grad_enabled() and (rows.requires_grad or any(
-        isinstance(e, torch.Tensor) and e.requires_grad for e in extra))
-    out = []
-    for s in range(0, rows.shape[0], chunk_size):
-        args = (rows[s:s + chunk_size], ids[s:s + chunk_size], *extra)
-        out.append(checkpoint(fn, *args, use_reentrant=False) if grad else fn(*args))
-    return torch.cat(out) if out else rows.new_zeros((0, ids.shape[-1]), dtype=torch.float32)
-
-
-def gather_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0,
-                    chunk_size: int = 4096) -> torch.Tensor:
-    """Log-probs log softmax(logits / T) at `ids`, in float32, a chunk of rows at a time.
-
-    logits: (..., V) any float dtype; ids: (...) or (..., k) long. Returns (...) or (..., k) float32.
-    log p(v) = z_v − logsumexp(z), z = logits / T. Each chunk of `chunk_size` rows is upcast, reduced
-    and (under autograd) checkpointed, so beyond the caller's logits no more than one chunk of
-    (rows × V) float32 is ever alive, in the forward or the backward. When even the logits are too
-    big, use `lm_head_logprobs`, which starts from hidden states. Ids of empty slots may be any
-    valid id. Raises ScrlError if an id is outside [0, V) or T <= 0.
-    """
-    if temperature <= 0:
-        raise ScrlError(f"temperature must be > 0, got {temperature}")
-    V = logits.shape[-1]
-    _check_ids(ids, V)
-    squeeze = ids.dim() == logits.dim() - 1
-    if squeeze:
-        ids = ids.unsqueeze(-1)
-    lead = ids.shape[:-1]
-    logp = _chunked(_chunk_logprobs, logits.reshape(-1, V), ids.reshape(-1, ids.shape[-1]),
-                    chunk_size, temperature)
-    logp = logp.reshape(*lead, ids.shape[-1])
-    return logp.squeeze(-1) if squeeze else logp
-
-
-def lm_head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor,
-                     temperature: float = 1.0, chunk_size: int = 1024) -> torch.Tensor:
-    """Log-probs at `ids` straight from the last hidden states and the LM head, chunked.
-
-    hidden: (..., H) final-norm hidden states; weight: (V, H) LM-head matrix; ids: (..., m) long.
-    Returns (..., m) float32 log softmax(hidden @ Wᵀ / T) at ids, with gradients to hidden and weight.
-    The (tokens × V) logits are never materialized: each chunk of `chunk_size` rows computes its
-    logits, reduces them to m values and is checkpointed, so peak extra memory is about
-    chunk_size × V floats (the trainer-side memory bound behind the top-k estimator at a vocab of
-    150k). Raises ScrlError on an id outside [0, V), T <= 0 or mismatched hidden sizes.
-    """
-    if temperature <= 0:
-        raise ScrlError(f"temperature must be > 0, got {temperature}")
-    if hidden.shape[-1] != weight.shape[-1] or weight.dim() != 2:
-        raise ScrlError(f"hidden (..., {hidden.shape[-1]}) does not match LM head weight "
-                        f"{tuple(weight.shape)}, expected (V, {hidden.shape[-1]})")
-    _check_ids(ids, weight.shape[0])
-    if ids.shape[:-1] != hidden.shape[:-1]:
-        raise ScrlError(f"ids {tuple(ids.shape)} do not match hidden {tuple(hidden.shape)} (..., m)")
-    lead = ids.shape[:-1]
-    logp = _chunked(_chunk_head_logprobs, hidden.reshape(-1, hidden.shape[-1]),
-                    ids.reshape(-1, ids.shape[-1]), chunk_size, weight, temperature)
-    return logp.reshape(*lead, ids.shape[-1])
-
-
 def trainer_logprobs(model, ro: Rollout, temperature: float, full: bool = False):
     """Trainer log-probs at the sampling temperature: (logp (B, T), logp_head (B, T, k)), with grad;
     with full=True also the whole vocabulary's log p (B, T, V), detached, for measurements.
 
-    Position alignment: the logits at row (P − 1 + t) of prompt+completion score completion token t.
-    The G rows of a GRPO group share their prompt, so each distinct prompt is run once and its KV cache
-    (keys and values, with their autograd graph) is copied to its rows before the completions run:
-    the same numbers as one forward over prompt + completion, up to float round-off (tested), with
-    the prompt's share of the work divided by G.
+    log p(v) = z_v / T − logsumexp(z / T) at v = y_t and v ∈ H, from the policy's logits z over the
+    completion (`logprobs.completion_logits`: each distinct prompt run once, its KV cache shared by
+    the rows of its GRPO group; `gather_logprobs`: a chunk of rows at a time).
     """
-    P, T = ro.prompt_ids.shape[1], ro.completion_ids.shape[1]
-    attn = torch.cat([ro.prompt_mask, ro.completion_mask], dim=1).long()  # (B, P + T)
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    uniq, row_of = _distinct_rows(ro.prompt_ids, ro.prompt_mask)  # (U,), (B,)
-    # the prompts, once each: logits of the last prompt position only (it scores completion token 0)
-    out = model(input_ids=ro.prompt_ids[uniq], attention_mask=attn[uniq, :P], position_ids=pos[uniq, :P],
-                use_cache=True, logits_to_keep=1)
-    logits = out.logits[row_of]  # (B, 1, V)
-    if T > 1:  # completion tokens 0..T-2 score tokens 1..T-1, reading the prompt from the copied cache
-        cache = out.past_key_values
-        cache.reorder_cache(row_of)  # (U, ...) → (B, ...)
-        rest = model(input_ids=ro.completion_ids[:, :T - 1], attention_mask=attn[:, :P + T - 1],
-                     position_ids=pos[:, P:P + T - 1], past_key_values=cache, use_cache=True).logits
-        logits = torch.cat([logits, rest], dim=1)  # (B, T, V): row t predicts completion token t
+    logits = completion_logits(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                               ro.completion_mask)  # (B, T, V): row t scores completion token t
     both = torch.cat([ro.completion_ids[..., None], ro.head_ids], dim=-1)  # (B, T, 1 + k)
     lp = gather_logprobs(logits, both, temperature)
     if full:
         return lp[..., 0], lp[..., 1:], torch.log_softmax(logits.detach().float() / temperature, -1)
     return lp[..., 0], lp[..., 1:]
-
-
-def _distinct_rows(ids: torch.Tensor, mask: torch.Tensor):
-    """Rows of a left-padded batch that hold the same prompt: ids, mask (B, P) → (uniq (U,) long, the
-    first row of each distinct prompt; row_of (B,) long, the index into uniq of each row's prompt)."""
-    key = ids.masked_fill(~mask, -1)  # padding never matches a real token
-    _, row_of = torch.unique(key, dim=0, return_inverse=True)  # (B,) in 0..U-1, sorted order
-    uniq = torch.full((int(row_of.max()) + 1,), -1, dtype=torch.long, device=row_of.device)
-    uniq.scatter_reduce_(0, row_of, torch.arange(len(row_of), device=row_of.device), reduce="amin",
-                         include_self=False)
-    return uniq, row_of
 
 
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
@@ -650,6 +485,23 @@ def distinct_names_reward(completion: str, target: int) -> float:
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 # One RL step
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
+@dataclass(frozen=True)
+class StepConfig:
+    """What one RL step reads; the driver builds it from a run's `TrainConfig` (`TrainConfig.step_config`)."""
+
+    group_size: int  # G: completions per prompt (a GRPO group), consecutive in the batch
+    advantage_mode: str  # raw | signed | grpo | centered (`compute_advantages`)
+    max_new_tokens: int  # completion length budget, tokens
+    names_target: int  # distinct Python names that earn the full reward 1.0 (`distinct_names_reward`)
+    temperature: float = 1.0  # sampling temperature T; the trainer divides its logits by the same
+    weighting: str = WEIGHTING  # f(r): none | is | tis | mis | icepop (`importance_weight`)
+    centering: bool = True  # subtract the centering term Σ_H c_v log p(v) (eq. SC)
+    tis_cap: float = TIS_CAP  # C of TIS
+    mis_band: tuple = MIS_BAND  # [lo, hi] of MIS / IcePop
+    weight_level: str = "token"  # token: f(r) per token · sequence: one GSPO-style f(s_i) per sequence
+    max_grad_norm: float = 0.0  # clip the global gradient norm here; 0: no clipping
+
+
 def task_rewards(tok, ro: Rollout, target: int) -> torch.Tensor:
     """The verifier's reward of each completion of a rollout, (B,) float32 (`distinct_names_reward`)."""
     texts = tok.batch_decode(ro.completion_ids.masked_fill(~ro.completion_mask, tok.pad_token_id),
@@ -657,48 +509,68 @@ def task_rewards(tok, ro: Rollout, target: int) -> torch.Tensor:
     return torch.tensor([distinct_names_reward(t, target) for t in texts])
 
 
-def rl_step(policy, opt, sampler, tok, prompts: list, cfg, generator: torch.Generator,
+def rl_step(policy, opt, sampler, tok, prompts: list, cfg: StepConfig, generator: torch.Generator,
             measure: bool = False) -> dict:
     """One RL step: rollout on the sampler → rewards → advantages → trainer log-probs → eq. SC →
     one optimizer step → weight sync to the sampler. The trainer (driver.py) owns the state.
 
     policy: the trainer's model (float32, updated in place); opt: its optimizer; sampler: any engine
-    with `generate(...) -> Rollout` and `push_weights(state_dict)` (torch_sampler.py, vllm_engine.py); prompts: B token-id
-    lists, GRPO groups of cfg.group_size consecutive copies; cfg: a `TrainConfig` (fields
-    max_new_tokens, names_target, group_size, advantage_mode, temperature, weighting, centering,
-    tis_cap, mis_band, weight_level, max_grad_norm); generator: this step's sampling seed; measure:
-    also log the exact drift and signal (needs the sampler's full q: `full_logq`).
+    with `generate(...) -> Rollout` and `push_weights(state_dict)` (torch_sampler.py, vllm_engine.py);
+    prompts: B token-id lists, GRPO groups of cfg.group_size consecutive copies; cfg: a `StepConfig`;
+    generator: this step's sampling seed; measure: also log the exact drift and signal (needs the
+    sampler's full q, `full_logq`: the torch sampler's).
     Returns the step's metrics (README, "Metrics"): floats, rewards in [0, 1], KL in nats per token.
     Raises ScrlError on a non-finite loss, before the optimizer step (the policy is untouched).
     """
+    eos, pad = tok.eos_token_id, tok.pad_token_id
     # 1. rollout on the sampler (FP8 / bf16, maybe noisy, maybe stale), with this step's seed
-    ro = sampler.generate(prompts, cfg.max_new_tokens, tok.eos_token_id, tok.pad_token_id, generator=generator,
-                          **({"full_logq": True} if measure else {}))
-    # 2. rewards from the verifier, advantages per mode
+    if measure:  # with the sampler's whole q, for the exact drift and signal
+        ro = sampler.generate(prompts, cfg.max_new_tokens, eos, pad, generator=generator, full_logq=True)
+    else:
+        ro = sampler.generate(prompts, cfg.max_new_tokens, eos, pad, generator=generator)
+    # 2. rewards from the verifier
     rewards = task_rewards(tok, ro, cfg.names_target)  # (B,)
+    # 3. advantages per mode
     adv = compute_advantages(rewards, cfg.group_size, cfg.advantage_mode)  # (B,)
-    # 3. trainer log-probs at the sampling temperature, the loss, one optimizer step
+    # 4. trainer log-probs at the sampling temperature
     policy.train()
-    logp, logp_head, *full_logp = trainer_logprobs(policy, ro, cfg.temperature, full=measure)
-    per_token, d = score_centered_pg_loss(
-        logp, logp_head, ro.sampler_logp, ro.head_logp, adv, ro.completion_mask,
-        weighting=cfg.weighting, centering=cfg.centering, tis_cap=cfg.tis_cap, mis_band=tuple(cfg.mis_band),
-        **({} if cfg.weight_level == "token" else {"level": cfg.weight_level}))
+    if measure:
+        logp, logp_head, full_logp = trainer_logprobs(policy, ro, cfg.temperature, full=True)
+    else:
+        logp, logp_head = trainer_logprobs(policy, ro, cfg.temperature)
+    # 5. the loss: eq. SC per token, its mean over generated tokens
+    args = (logp, logp_head, ro.sampler_logp, ro.head_logp, adv, ro.completion_mask)
+    f = dict(weighting=cfg.weighting, tis_cap=cfg.tis_cap, mis_band=tuple(cfg.mis_band))  # f(r)
+    if cfg.weight_level == "token":
+        per_token, d = score_centered_pg_loss(*args, centering=cfg.centering, **f)
+    else:  # one GSPO-style weight per sequence, an option of the loss
+        per_token, d = score_centered_pg_loss_options(*args, centering=cfg.centering, level=cfg.weight_level, **f)
     loss = reduce_loss(per_token, ro.completion_mask)
     if not torch.isfinite(loss):
         raise ScrlError(f"non-finite loss ({loss.item()})")
+    # 6. one optimizer step
     opt.zero_grad(set_to_none=True)
     loss.backward()
     clip = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
     grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), clip)
     opt.step()
-    # 4. weight sync to the sampler
+    # 7. weight sync to the sampler
     sampler.push_weights(policy.state_dict())
-    # 5. metrics over generated tokens
+    # 8. metrics over generated tokens
+    metrics = step_metrics(ro, rewards, adv, loss, grad_norm, d, cfg.mis_band)
+    if measure:
+        metrics.update(drift_and_signal(ro.full_logq, full_logp, ro.completion_ids, adv, ro.completion_mask,
+                                        cfg.group_size))
+    return metrics
+
+
+def step_metrics(ro: Rollout, rewards, adv, loss, grad_norm, d: dict, mis_band) -> dict:
+    """The metrics of one step (README, "Metrics"), as floats: rewards (B,), advantages (B,), the scalar
+    loss and gradient norm, the loss's diag d ((B, T) tensors), over the rollout's generated tokens."""
     m = ro.completion_mask
     lr_y = d["log_ratio"][m]  # log p − log q on sampled tokens
     r = lr_y.exp()
-    lo, hi = cfg.mis_band
+    lo, hi = mis_band
     return dict(
         reward=rewards.mean().item(), reward_std=rewards.std().item(),
         completion_len=m.sum(1).float().mean().item(), loss=loss.item(),
@@ -711,8 +583,6 @@ def rl_step(policy, opt, sampler, tok, prompts: list, cfg, generator: torch.Gene
         rho_at_bound=d["rho_at_bound"][m].mean().item(),  # share of tokens whose ρ is a bound
         grad_norm=grad_norm.item(),
         adv_mean=adv.mean().item(),
-        **(drift_and_signal(ro.full_logq, full_logp[0], ro.completion_ids, adv, m, cfg.group_size)
-           if measure else {}),
     )
 
 
@@ -720,8 +590,8 @@ def rl_step(policy, opt, sampler, tok, prompts: list, cfg, generator: torch.Gene
 # Loss options, off the main path (docs/method.md, "Options of the loss")
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 def score_centered_pg_loss_options(logp, logp_head, sampler_logp, sampler_logp_head, advantages, mask, *,
-                                   weighting: str = "none", centering: bool = True, tis_cap: float = 2.0,
-                                   mis_band: tuple = (0.5, 5.0), level: str = "token",
+                                   weighting: str = WEIGHTING, centering: bool = True, tis_cap: float = TIS_CAP,
+                                   mis_band: tuple = MIS_BAND, level: str = "token",
                                    exact_support: bool = False, old_logp=None, old_logp_head=None,
                                    ppo_clip: tuple = (0.2, 0.2), tail_tol: Optional[float] = None):
     """`score_centered_pg_loss` with its options (no notebook or trainer here uses them; TRL-style
@@ -831,8 +701,64 @@ def _ppo_clip(outer, A, lp_y, lp_ref_y, mask, level, ppo_clip):
 
 
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
-# Input checks of the loss, kept out of its way
+# Input checks, kept out of the method's way: the rollout contract, the loss's inputs
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
+def validate_rollout(ro: Rollout, vocab_size: int, exact_support: bool = False) -> None:
+    """Check the sampler contract; raise RolloutError naming the first bad (sequence, position).
+
+    Checks: ids inside [0, V); the sampled token's log-prob present (finite, not the -9999 stand-in),
+    not NaN, <= 0 (rounding tolerance 1e-4); head log-probs not NaN, <= 0; no id twice in a head
+    row; exactly min(k, V) valid head entries (k = head_ids.shape[-1], the size the engine was asked
+    for; a log-prob at or below -9000 or -inf is an empty slot), or with exact_support at least one
+    (a filtered support may be smaller than k); the sampled token's log-prob equal to its head
+    entry's when it is in the head (within SAME_LOGP_TOL: one id, one log-prob); head mass
+    Σ_H q <= 1 + 1e-3; with exact_support (the sampler drew from its head only), the sampled token is
+    in its head row. Only generated positions (completion_mask) are checked.
+    """
+    m = ro.completion_mask
+    k = ro.head_ids.shape[-1]
+
+    def first(bad: torch.Tensor, what) -> None:  # what: a str, or (b, t) → str
+        if bad.any():
+            b, t = bad.nonzero()[0].tolist()[:2]
+            what = what(b, t) if callable(what) else what
+            raise RolloutError(f"rollout: {what} at sequence {b}, completion position {t}")
+
+    first(m & ((ro.completion_ids < 0) | (ro.completion_ids >= vocab_size)), "sampled id outside "
+          f"the vocabulary [0, {vocab_size})")
+    first(m & torch.isnan(ro.sampler_logp), "NaN sampler log-prob")
+    first(m & (~torch.isfinite(ro.sampler_logp) | (ro.sampler_logp <= EMPTY_LOGP)),
+          "missing (non-finite or stand-in) sampler log-prob of the sampled token")
+    first(m & (ro.sampler_logp > 1e-4), "positive sampler log-prob")
+    valid = ro.head_logp > EMPTY_LOGP
+    first(m & torch.isnan(ro.head_logp).any(-1), "NaN in the sampler's top-k log-probs")
+    first(m & (valid & ((ro.head_ids < 0) | (ro.head_ids >= vocab_size))).any(-1),
+          f"head id outside the vocabulary [0, {vocab_size})")
+    first(m & (valid & (ro.head_logp > 1e-4)).any(-1), "positive log-prob in the sampler's head")
+    ids = torch.where(valid, ro.head_ids, -1 - torch.arange(ro.head_ids.shape[-1], device=ro.head_ids.device))  # empties distinct
+    srt = ids.sort(-1).values
+    first(m & (srt[..., 1:] == srt[..., :-1]).any(-1), "duplicated id in the sampler's head")
+    # exactly min(k, V) valid entries: a shorter head would be centered as if it were the asked one
+    n_valid = valid.sum(-1)  # (B, T)
+    need = torch.ones_like(n_valid) if exact_support else torch.full_like(n_valid, min(k, vocab_size))
+    first(m & (n_valid == 0), "empty sampler head (no valid top-k log-prob: did the engine return an "
+          "empty top-k list?)")
+    first(m & (n_valid < need), lambda b, t: f"short sampler head: k={k} asked, {int(n_valid[b, t])} "
+          f"valid, the rest empty (the engine capped or padded its log-probs: raise its "
+          f"max_logprobs to >= {k})")
+    head_mass = torch.where(valid, ro.head_logp.exp(), torch.zeros_like(ro.head_logp)).sum(-1)
+    first(m & (head_mass > 1 + 1e-3), "sampler head mass above 1")
+    # one id, one log-prob: the sampled token's log q again in its head entry
+    y_at = valid & (ro.head_ids == ro.completion_ids[..., None])  # (B, T, k)
+    y_lp = ro.sampler_logp[..., None]
+    off = (ro.head_logp - y_lp).abs() > SAME_LOGP_TOL * y_lp.abs().clamp(min=1.0)
+    first(m & (y_at & off).any(-1), lambda b, t: f"the sampled token's log-prob "
+          f"{ro.sampler_logp[b, t].item():.7g} differs from its head entry's "
+          f"{ro.head_logp[b, t][y_at[b, t]].item():.7g} (one id, two log-probs)")
+    if exact_support:
+        first(m & ~y_at.any(-1), "sampled token outside the sampler's head (exact_support)")
+
+
 def _per_token(advantages, B: int, T: int):
     """Advantages (B,) or (B, T) as (B, T) (a view); raises ScrlError for another shape."""
     A = advantages[:, None] if advantages.dim() == 1 and advantages.shape[0] == B else advantages

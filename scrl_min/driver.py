@@ -21,8 +21,8 @@ from typing import Optional
 
 import torch
 
-from .core import (ADVANTAGE_MODES, DEFAULT_MODEL_PATH, LEVELS, WEIGHTINGS, ScrlError, encode_prompt,
-                   make_task_dataset, rl_step, task_rewards)
+from .core import (ADVANTAGE_MODES, DEFAULT_MODEL_PATH, LEVELS, MIS_BAND, TIS_CAP, WEIGHTING, WEIGHTINGS, ScrlError,
+                   StepConfig, encode_prompt, make_task_dataset, rl_step, task_rewards)
 from .formats import FP8_BACKEND, FP8_BACKENDS, KV_CACHES, PRECISIONS
 from .torch_sampler import TorchSampler
 from .vllm_engine import VLLM_PRECISIONS, VLLMSampler, vllm_precision_for
@@ -69,11 +69,11 @@ class TrainConfig:
     noise_std: float = arg(0.1, "σ: persistent relative weight noise on the sampler; 0 turns it off")
     staleness: int = arg(0, "s: the sampler's weights lag the trainer by s steps")
     # --- the loss
-    weighting: str = arg("none", "importance weight f(r): none | is | tis | mis | icepop")
+    weighting: str = arg(WEIGHTING, "importance weight f(r): none | is | tis | mis | icepop")
     centering: bool = arg(True, "score centering: subtract the top-k estimate of the drift")
     weight_level: str = arg("token", "token: f(r) per token · sequence: one GSPO-style f(s_i) per sequence")
-    tis_cap: float = arg(2.0, "C of TIS")
-    mis_band: tuple = arg((0.5, 5.0), "[lo, hi] of MIS / IcePop")
+    tis_cap: float = arg(TIS_CAP, "C of TIS")
+    mis_band: tuple = arg(MIS_BAND, "[lo, hi] of MIS / IcePop")
     advantage_mode: str = arg("raw", "raw (A = r) | signed (2r − 1) | grpo ((r − mean_G) / std_G) | centered (2(r − mean_G))")
     # --- optimization
     steps: int = arg(300, "RL steps (one optimizer step each)")
@@ -111,6 +111,10 @@ class TrainConfig:
                             f"vllm_precision='fp8_kv'")
         if len(self.mis_band) != 2 or not 0 <= self.mis_band[0] <= self.mis_band[1]:
             raise ScrlError(f"mis_band must be [lo, hi] with 0 <= lo <= hi, got {self.mis_band}")
+
+    def step_config(self) -> StepConfig:
+        """The fields one RL step reads (`core.rl_step`), as its `StepConfig`."""
+        return StepConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(StepConfig)})
 
 
 
@@ -383,7 +387,7 @@ class Trainer:
         prompts = [self.prompt_ids[i] for i in pick.tolist() for _ in range(cfg.group_size)]
         g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + self.step)  # this step's sampling seed
         try:
-            metrics = rl_step(self.policy, self.opt, self.sampler, self.tok, prompts, cfg, g,
+            metrics = rl_step(self.policy, self.opt, self.sampler, self.tok, prompts, cfg.step_config(), g,
                               measure=cfg.measure_drift and isinstance(self.sampler, TorchSampler))
         except ScrlError as e:
             raise ScrlError(f"step {self.step}: {e}; last good checkpoint kept in {self.run.path}") from e

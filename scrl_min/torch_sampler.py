@@ -15,9 +15,10 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
-from .core import Rollout, RolloutError, ScrlError, _distinct_rows, validate_rollout
+from .core import Rollout, RolloutError, ScrlError, validate_rollout
 from .formats import (FORMATS, FP8_BACKEND, FP8_GRIDS, KV_CACHES, PRECISIONS, QuantLinear, fp8_kv_cache,
                       reserved_kv_cache)
+from .logprobs import _distinct_rows
 
 
 # ═════════════════════════════════════════════════════════════════════════════════════════════════

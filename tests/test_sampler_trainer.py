@@ -442,7 +442,7 @@ def test_sampler_prefill_once_per_distinct_prompt(policy):
 def test_distinct_rows():
     ids = torch.tensor([[0, 5, 6], [0, 5, 6], [7, 5, 6], [0, 5, 6], [0, 0, 6]])
     mask = torch.tensor([[0, 1, 1], [0, 1, 1], [1, 1, 1], [0, 1, 1], [0, 1, 1]], dtype=torch.bool)
-    uniq, row_of = scrl_min.core._distinct_rows(ids, mask)
+    uniq, row_of = scrl_min.logprobs._distinct_rows(ids, mask)
     # rows 0, 1, 3 are one prompt; row 2 another; row 4 holds token 0 (= pad id) as a real token
     assert torch.equal(ids[uniq][row_of], ids) and torch.equal(mask[uniq][row_of], mask)
     assert len(uniq) == 3 and row_of[0] == row_of[1] == row_of[3] and row_of[4] != row_of[0]
