@@ -57,6 +57,7 @@ from __future__ import annotations
 import builtins
 import keyword
 import math
+import os
 import random
 import re
 from dataclasses import dataclass
@@ -424,8 +425,11 @@ def drift_and_signal(full_logq: torch.Tensor, full_logp: torch.Tensor, ids: torc
 # (code naturally uses `if`, `return`, `None`...) and can learn to pack more distinct names in. The
 # best policies are high-entropy (any order of many names), so the sampler/trainer mismatch does not
 # vanish as training sharpens the policy.
+# The policy: the embedded tiny Qwen3 (scripts/make_default_model.py) in the checkout's models/ folder, found
+# from this file, so it needs the package run from its checkout (`pip install -e .`, as the Makefile does). A
+# package installed elsewhere has no models/ beside it: set SCRL_MIN_MODEL to a checkpoint folder or an HF id.
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_MODEL_PATH = REPO_ROOT / "models" / "qwen3-tiny-code"  # the embedded tiny Qwen3 (scripts/make_default_model.py)
+DEFAULT_MODEL_PATH = Path(os.environ.get("SCRL_MIN_MODEL") or REPO_ROOT / "models" / "qwen3-tiny-code")
 PYTHON_NAMES = frozenset(keyword.kwlist) | frozenset(
     n for n in dir(builtins) if n.islower() and not n.startswith("_"))
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -1,0 +1,137 @@
+"""The package's shape and its traps: imports point one way (the method file imports no engine, driver or
+statistics), `__all__` is what the notebooks and scripts use, a new TrainConfig field cannot rename every run
+folder unnoticed, and the embedded model's path can be overridden from outside a checkout."""
+import ast
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import scrl_min
+from scrl_min.driver import HASHED_UNLESS_DEFAULT, RUN_BOOKKEEPING, TRAINER_VERSION
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "scrl_min"
+
+
+def package_imports(path: Path) -> set:
+    """The scrl_min modules a file imports (relative or absolute), by their file name without .py."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level == 1:
+                out |= {node.module} if node.module else {a.name for a in node.names}
+            elif node.module and node.module.startswith("scrl_min."):
+                out.add(node.module.split(".")[1])
+    return out - {"__init__"}
+
+
+# ─── one way through the files ──────────────────────────────────────────────────────────────────
+def test_imports_point_one_way_and_form_no_cycle():
+    """errors ← logprobs ← core ← the samplers, the driver, stats: the method file imports no file beside it
+    but its error types and log-prob machinery, and no two files import each other, directly or not."""
+    graph = {p.stem: package_imports(p) for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__")}
+    assert graph["errors"] == set() and graph["logprobs"] == {"errors"}
+    assert graph["core"] == {"errors", "logprobs"}, f"core.py imports {graph['core']}"
+    assert graph["stats"] == {"core"}, f"stats.py imports {graph['stats']}"
+    for name in ("formats", "torch_sampler", "vllm_engine", "driver", "stats", "trl"):
+        users = {m for m, deps in graph.items() if name in deps}
+        assert "core" not in users and "logprobs" not in users, f"{name}.py is imported by {users}"
+
+    def reach(start, seen=()):
+        for dep in graph.get(start, ()):
+            if dep in seen:
+                continue
+            yield dep
+            yield from reach(dep, (*seen, dep))
+
+    cycles = sorted(m for m in graph if m in set(reach(m)))
+    assert not cycles, f"import cycle through {cycles}"
+
+
+def test_the_method_file_starts_with_the_method():
+    """core.py: f(r) of eq. SC within the first ~110 lines (after the docstring, the constants and `Rollout`),
+    the input checks after the method, the file shorter than the 890 lines it had before the split."""
+    lines = (PACKAGE / "core.py").read_text().splitlines()
+    first = {name: next(i for i, line in enumerate(lines, 1) if line.startswith(f"def {name}(")) for name in
+             ("importance_weight", "score_centered_pg_loss", "rl_step", "validate_rollout")}
+    assert first["importance_weight"] <= 120, first
+    assert first["score_centered_pg_loss"] < first["rl_step"] < first["validate_rollout"], first
+    assert len(lines) < 890
+
+
+def names_imported_from_scrl_min(path: Path) -> set:
+    """Names a notebook's or script's code takes from the package: `from scrl_min import ...` and
+    `scrl_min.name`."""
+    out = set()
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "scrl_min":
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "scrl_min":
+            out.add(node.attr)
+    return out
+
+
+def test_all_is_what_the_notebooks_and_scripts_use():
+    """`__all__` lists exactly the names notebooks (their jupytext .py) and scripts import from `scrl_min`,
+    and every one of them is importable."""
+    used = set()
+    for path in [*sorted((REPO / "notebooks").glob("*.py")), *sorted((REPO / "scripts").glob("*.py"))]:
+        used |= names_imported_from_scrl_min(path)
+    used = {n for n in used if not n.startswith("__")} - {"trl"}  # trl: a submodule, imported on its own
+    missing = sorted(n for n in used if not hasattr(scrl_min, n))
+    assert not missing, f"notebooks or scripts import {missing}, which scrl_min does not have"
+    assert set(scrl_min.__all__) == used, (f"add to scrl_min.__all__: {sorted(used - set(scrl_min.__all__))}; "
+                                           f"no notebook or script uses: {sorted(set(scrl_min.__all__) - used)}")
+
+
+# ─── traps ──────────────────────────────────────────────────────────────────────────────────────
+# The TrainConfig fields config_id hashes, and those it hashes only away from their default. A field added to
+# TrainConfig must be decided on here (see the message of the test below).
+HASHED_FIELDS = {
+    "advantage_mode", "centering", "eval_every", "eval_prompts", "fp8_backend", "group_size", "k", "kv_cache",
+    "lr", "max_grad_norm", "max_new_tokens", "measure_drift", "mis_band", "model", "n_prompts", "names_target",
+    "noise_std", "optimizer", "prompts_per_step", "sampler", "sampler_precision", "seed", "staleness",
+    "temperature", "tis_cap", "vllm_precision", "weight_level", "weighting"}
+UNLESS_DEFAULT = {"kv_cache"}
+# config_id of every arm (model given as a relative path: the default is the checkout's absolute path)
+ARM_IDS = {"bf16": "4ab6877d", "plain": "7aa14ebf", "tis": "a7bd03c6", "mis": "d607cda6", "sc": "503fc9a5",
+           "sc_tis": "f5c8a63e", "sc_mis": "ea64a3bd"}
+
+
+def test_config_id_hashes_the_fields_decided_on():
+    """A new TrainConfig field renames every run folder (config_id hashes it) unless it is decided on."""
+    fields = {f.name for f in dataclasses.fields(scrl_min.TrainConfig)}
+    hashed = fields - set(RUN_BOOKKEEPING)
+    new, gone = sorted(hashed - HASHED_FIELDS), sorted(HASHED_FIELDS - hashed)
+    assert not new and not gone and set(HASHED_UNLESS_DEFAULT) == UNLESS_DEFAULT, (
+        f"TrainConfig fields that config_id hashes changed (new {new}, gone {gone}; HASHED_UNLESS_DEFAULT "
+        f"{sorted(HASHED_UNLESS_DEFAULT)}). Decide, in scrl_min/driver.py, for each new field: does not change "
+        f"a run's results → add it to RUN_BOOKKEEPING; changes results, and runs made before it keep their "
+        f"folders → add it to HASHED_UNLESS_DEFAULT (hashed only away from its default); changes every run → "
+        f"bump TRAINER_VERSION (every cached run is redone). Then update HASHED_FIELDS / UNLESS_DEFAULT in "
+        f"tests/test_structure.py")
+
+
+def test_config_ids_of_the_arms_are_unchanged():
+    """The run folders of every arm keep their names (a field added at its default, a reordered config or a
+    changed hash would silently orphan the cached runs)."""
+    ids = {a: scrl_min.config_id(scrl_min.arm_config(a, model="models/qwen3-tiny-code")) for a in scrl_min.ARMS}
+    assert TRAINER_VERSION == 2 and ids == ARM_IDS, (
+        f"config ids changed: {ids}; every cached run folder would be orphaned. If that is intended, bump "
+        f"TRAINER_VERSION and update ARM_IDS here; if not, see test_config_id_hashes_the_fields_decided_on")
+
+
+def test_model_path_follows_the_environment_variable(tmp_path):
+    """SCRL_MIN_MODEL overrides the embedded checkpoint's path (a package installed outside its checkout has
+    no models/ folder beside it); without it, the checkout's models/qwen3-tiny-code."""
+    code = "import scrl_min; print(scrl_min.DEFAULT_MODEL_PATH); print(scrl_min.TrainConfig().model)"
+    env = {k: v for k, v in os.environ.items() if k != "SCRL_MIN_MODEL"}
+    run = lambda e: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e,  # noqa: E731
+                                   cwd=tmp_path, check=True).stdout.split("\n")[:2]
+    other = str(tmp_path / "my-checkpoint")
+    assert run({**env, "SCRL_MIN_MODEL": other}) == [other, other]
+    default = str(Path(scrl_min.__file__).resolve().parent.parent / "models" / "qwen3-tiny-code")
+    assert run(env) == [default, default]
