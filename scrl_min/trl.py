@@ -8,8 +8,10 @@ TRL's loss carries the policy-gradient term −A_t · sg(w_t) · log p(y_t) (wit
 comes from core's `centering_term` (docs/method.md's top-k estimator; it needs no log p(y)), reduced like TRL's policy
 term for each `loss_type`. Together they have the gradient of
 `score_centered_pg_loss` (tests/test_trl.py, tests/test_trl_vllm.py). The trainer's log-probs at the head ids come
-from one extra LM-head pass over the completion's hidden states at k ids per token (TRL's fused head returns only
-log p(y_t) and the entropy); log p(y_t) for the mismatch metric is TRL's own, read from its forward.
+without a second pass over the vocabulary: log p(v) = log p(y_t) + (z_v − z_y) / T, from TRL's own log p(y_t) (read
+from its fused head's forward, with the softmax's gradient) and the logits at the k + 1 ids, a sampled sparse product
+of the completion's hidden states and the LM head (`head_logprobs_from_sampled`; `centering_head_logprobs` for the
+rare ill-conditioned rows; tests/test_trl_head.py, scripts/bench_trl_head.py).
 
 Two generation backends, chosen by TRL's own `use_vllm`:
   use_vllm=False  the project's `TorchSampler` (FP8 emulated, persistent weight noise σ: a mismatched sampler on
@@ -80,13 +82,17 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from trl.extras.profiling import profiling_context  # noqa: E402
 
 from . import (DEFAULT_MODEL_PATH, PROBE_TOL, Rollout, RolloutError, ScrlError, TorchSampler,  # noqa: E402
-               centering_term, distinct_names_reward, lm_head_logprobs, load_policy, make_task_dataset, reduce_loss,
+               centering_coefficients, centering_term, distinct_names_reward, lm_head_logprobs, load_policy,
+               make_task_dataset, reduce_loss,
                validate_rollout)
-from .engines import PROBE_TEXT, check_probe, probe_stats  # noqa: E402
+from .vllm_engine import PROBE_TEXT, check_probe, probe_stats  # noqa: E402
 
 # TRL's PPO-clip loss family: with one optimizer step per generation its policy-gradient term per token is
 # −A_t · w_t · ∇log p(y_t), the first part of eq. SC (cispo, sapo, vespo weight the score otherwise).
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+# |Σ_H c_v| above which a token's head log-probs come from a softmax over the vocabulary, not from TRL's log p(y)
+# (ScoreCenteringGRPOTrainer._centering): the centering's rounding then stays at that of TRL's own policy term
+CONDITIONING_LIMIT = 1.0
 # vLLM SamplingParams keys (TRL's generation_kwargs) that change q away from softmax(z / T), or override the k
 # log-probs the trainer asks for
 Q_CHANGING_KWARGS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
@@ -176,7 +182,7 @@ def _refusals(a: ScoreCenteringConfig) -> dict:
 @contextlib.contextmanager
 def _colocate_engine_kwargs(a: ScoreCenteringConfig):
     """While TRL's __init__ runs: its colocate `LLM(...)` call (vllm_generation.py:347) gets max_logprobs = k and
-    `a.vllm_engine_kwargs` on top of TRL's own arguments, and is built by core's `_build_llm` (which undoes the RNG
+    `a.vllm_engine_kwargs` on top of TRL's own arguments, and is built by vllm_engine's `_build_llm` (which undoes the RNG
     seeding and the torch.set_num_threads patch an in-process CPU engine leaves behind). Raises ScrlError before the
     engine is built if vllm_engine_kwargs caps max_logprobs below k. Does nothing unless use_vllm and colocate."""
     if not (a.use_vllm and a.vllm_mode == "colocate"):
@@ -184,7 +190,7 @@ def _colocate_engine_kwargs(a: ScoreCenteringConfig):
         return
     import trl.generation.vllm_generation as vg
 
-    from .engines import _build_llm, _import_vllm
+    from .vllm_engine import _build_llm, _import_vllm
 
     extra = {"max_logprobs": a.score_centering_top_k, **(a.vllm_engine_kwargs or {})}
     cap = extra["max_logprobs"]
@@ -197,6 +203,134 @@ def _colocate_engine_kwargs(a: ScoreCenteringConfig):
         yield
     finally:
         vg.LLM = real
+
+
+# --- the trainer's log-probs at the head ids, from TRL's log p(y): no pass over the vocabulary ---------------------
+def head_logprobs_from_sampled(logp_y: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor,
+                               sampled_ids: torch.Tensor, head_ids: torch.Tensor, temperature: float = 1.0, *,
+                               bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Trainer log-probs at the sampler's head ids, from the sampled token's log-prob and k + 1 logits per token.
+
+    With z = h·Wᵀ + b the logits and lse = logsumexp(z / T), log p(v) = z_v / T − lse for every v, so
+
+        log p(v) = log p(y) + (z_v − z_y) / T,      ∇log p(v) = ∇log p(y) + ∇(z_v − z_y) / T = ∇z_v / T − ∇lse,
+
+    an identity, gradient included: the softmax's gradient (∇lse, a pass over the whole vocabulary) comes with
+    log p(y) from the trainer's own fused LM head (TRL's, which returns only log p(y)); this adds (tokens × H × (k + 1))
+    work and never forms a (tokens × V) product. The k + 1 logits per token are one sampled sparse product, in float32
+    outside autocast (float64 inputs stay float64); the weight's gradient is one (V, H) buffer.
+
+    Args:
+      logp_y:      (...,) log p(y_t) at temperature T, with grad (TRL: `outputs.log_probs` of the fused head)
+      hidden:      (..., H) final-norm hidden states that score y_t (row P − 1 + t for completion token t)
+      weight:      (V, H) LM-head matrix; bias: (V,) or None
+      sampled_ids: (...,) long, y_t;  head_ids: (..., k) long, the sampler's top-k ids
+      temperature: T > 0, the one logp_y was computed at
+    Returns (..., k) log p at head_ids, float32 (float64 for float64 inputs). Raises ScrlError on mismatched shapes, an id outside [0, V) (naming
+    the first), or T <= 0. Models whose logits are scaled or soft-capped are refused by the trainer (this identity
+    would need the same transform of z).
+    """
+    if temperature <= 0:
+        raise ScrlError(f"temperature must be > 0, got {temperature}")
+    lead, k, H = tuple(sampled_ids.shape), head_ids.shape[-1], weight.shape[-1]
+    if (tuple(logp_y.shape) != lead or tuple(head_ids.shape[:-1]) != lead or tuple(hidden.shape) != (*lead, H)
+            or weight.dim() != 2):
+        raise ScrlError(f"shapes do not match: logp_y {tuple(logp_y.shape)}, hidden {tuple(hidden.shape)}, sampled_ids "
+                        f"{lead}, head_ids {tuple(head_ids.shape)}, weight {tuple(weight.shape)}; expected (...), "
+                        f"(..., H), (...), (..., k), (V, H)")
+    ids = torch.cat([sampled_ids[..., None], head_ids], dim=-1).reshape(-1, k + 1)  # (N, 1 + k): y first
+    V = weight.shape[0]
+    if ids.numel() and (ids.min() < 0 or ids.max() >= V):
+        n = int(((ids < 0) | (ids >= V)).any(-1).nonzero()[0])
+        raise ScrlError(f"id outside the vocabulary [0, {V}) at token {n} (flattened): ids {ids[n].tolist()[:8]}...")
+    with torch.autocast(hidden.device.type, enabled=False):
+        gap = _HeadLogitGap.apply(hidden.reshape(-1, H), weight, ids, 1.0 / temperature)  # (N, k)
+        if bias is not None:
+            b = bias[ids].to(gap.dtype)  # (N, 1 + k)
+            gap = gap + (b[:, 1:] - b[:, :1]) / temperature
+    return logp_y.to(gap.dtype)[..., None] + gap.reshape(*lead, k)
+
+
+def centering_head_logprobs(logp_y, hidden, lm_head, sampled_ids, head_ids, sampler_head_logp, mask,
+                            temperature: float, centering_kw: dict, head_ctx, head_fp32: bool = False):
+    """The trainer's log-probs at the head ids for the centering term, as ScoreCenteringGRPOTrainer computes them.
+
+    Every row from TRL's log p(y) and k + 1 logits (`head_logprobs_from_sampled`: no pass over the vocabulary),
+    except rows where |Σ_H c_v| > CONDITIONING_LIMIT. There the identity hands TRL's head a gradient Σ_H c_v on
+    log p(y) whose softmax part cancels against Σ_H c_v ∇z_v / T, so TRL's own rounding (bf16: 2⁻⁸ relative) would be
+    amplified |Σ_H c_v| times; those rows (ρ ≫ 1: the sampler's tail far heavier than the trainer's) are scored by a
+    log-softmax over the vocabulary (`lm_head_logprobs`) in TRL's numerics instead.
+
+    Args:
+      logp_y: (B, T) TRL's log p(y_t), with grad;  hidden: (B, T, H) the hidden states that score y_t
+      lm_head: the model's output embedding (weight (V, H), bias (V,) or None)
+      sampled_ids: (B, T) long;  head_ids, sampler_head_logp: (B, T, k);  mask: (B, T) bool
+      centering_kw: core's weighting keywords (weighting, tis_cap, mis_band) for the coefficients c_v
+      head_ctx: the context TRL's head runs in (its autocast, or autocast off);  head_fp32: TRL casts the head to fp32
+    Returns (logp_head (B, T, k) float32 with grad, full (B, T) bool: the rows scored over the vocabulary). Raises
+    ScrlError (from `head_logprobs_from_sampled`) on shapes or ids.
+    """
+    # log p(v) = log p(y) + (z_v − z_y) / T, v ∈ H: (B, T, k)
+    logp_head = head_logprobs_from_sampled(logp_y, hidden, lm_head.weight, sampled_ids, head_ids, temperature,
+                                           bias=lm_head.bias)
+    c, _ = centering_coefficients(logp_head, sampler_head_logp, mask, **centering_kw)
+    full = mask & (c.sum(-1).abs() > CONDITIONING_LIMIT)  # (B, T)
+    if full.any():
+        weight, h = lm_head.weight, hidden[full]  # (V, H), (n, H)
+        if lm_head.bias is not None:  # z = [h, 1] · [W, b]ᵀ
+            weight, h = torch.cat([weight, lm_head.bias[:, None]], 1), torch.cat([h, h.new_ones(len(h), 1)], 1)
+        if head_fp32:
+            h, weight = h.float(), weight.float()
+        with head_ctx:
+            exact = lm_head_logprobs(h, weight, head_ids[full], temperature)  # (n, k)
+        logp_head = logp_head.index_put((full,), exact)
+    return logp_head, full
+
+
+class _HeadLogitGap(torch.autograd.Function):
+    """(z_v − z_y) / T for v = ids[:, 1:], y = ids[:, 0], z = h Wᵀ: h (N, H), weight (V, H), ids (N, 1 + k) → (N, k),
+    float32 (float64 for float64 inputs). The (N, 1 + k) logits are one sparse product: the pairs (token, id) as a
+    (N × V) CSR pattern, z = sampled_addmm (only those entries of h Wᵀ); backward, ∂h = D W and ∂W = Dᵀ h with D the
+    (N × V) CSR matrix of ∂/∂z at the pairs (Dᵀ built by sorting the pairs by id). Nothing of size (N, k, H) exists."""
+
+    @staticmethod
+    def forward(ctx, h, weight, ids, inv_t):
+        dt = torch.promote_types(torch.promote_types(h.dtype, weight.dtype), torch.float32)
+        h, weight = h.to(dt), weight.to(dt)
+        N, m = ids.shape
+        sid, perm = ids.sort(-1)  # CSR wants each row's columns in order; perm undoes it
+        crow = torch.arange(0, N * m + 1, m, device=ids.device)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+            pattern = torch.sparse_csr_tensor(crow, sid.reshape(-1), torch.zeros(N * m, dtype=dt, device=h.device),
+                                              size=(N, weight.shape[0]), device=h.device, check_invariants=False)
+            z_sorted = torch.sparse.sampled_addmm(pattern, h, weight.T, beta=0.0).values().reshape(N, m)
+        z = torch.empty_like(z_sorted).scatter_(-1, perm, z_sorted)  # (N, 1 + k)
+        ctx.save_for_backward(h, weight, sid, perm)
+        ctx.inv_t = inv_t
+        return (z[:, 1:] - z[:, :1]) * inv_t
+
+    @staticmethod
+    def backward(ctx, g):  # g (N, k)
+        h, weight, sid, perm = ctx.saved_tensors
+        (N, m), V = sid.shape, weight.shape[0]
+        dz = torch.cat([-g.sum(-1, keepdim=True), g], dim=-1) * ctx.inv_t  # (N, 1 + k): ∂/∂z at the ids
+        d_sorted = dz.gather(-1, perm).reshape(-1)  # in the CSR pattern's order
+        grad_h = grad_w = None
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+            if ctx.needs_input_grad[0]:  # ∂h_t = Σ_j dz_tj W_{id_tj}
+                crow = torch.arange(0, N * m + 1, m, device=sid.device)
+                grad_h = torch.sparse_csr_tensor(crow, sid.reshape(-1), d_sorted, size=(N, V), device=h.device,
+                                                 check_invariants=False) @ weight
+            if ctx.needs_input_grad[1]:  # ∂W_v = Σ_{(t, j): id_tj = v} dz_tj h_t
+                flat = sid.reshape(-1)
+                order = flat.argsort(stable=True)
+                crow = torch.cat([flat.new_zeros(1), torch.bincount(flat, minlength=V).cumsum(0)])
+                token = torch.div(order, m, rounding_mode="floor")
+                grad_w = torch.sparse_csr_tensor(crow, token, d_sorted[order], size=(V, N), device=h.device,
+                                                 check_invariants=False) @ h
+        return grad_h, grad_w, None, None
 
 
 class ScoreCenteringGRPOTrainer(GRPOTrainer):
@@ -227,10 +361,16 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
                   "outside the model's forward, and the weight sync's probe needs the full model)":
                       self.is_fsdp_enabled or (self.is_deepspeed_enabled and
                                                self.accelerator.state.deepspeed_plugin.zero_stage == 3)}
+        model = self.accelerator.unwrap_model(self.model)
+        text = model.config.get_text_config()
+        scaled = {n: getattr(text, n, None) for n in ("final_logit_softcapping", "logit_scale", "output_multiplier",
+                                                       "lm_head_multiplier", "logits_scaling")}
+        scaled = {n: v for n, v in scaled.items() if v is not None and v != 1.0}
+        refuse[f"scaled or soft-capped logits ({scaled}: the head log-probs come from raw logits, "
+               f"`head_logprobs_from_sampled`)"] = bool(scaled)
         bad = [what for what, is_set in refuse.items() if is_set]
         if bad:
             raise ScrlError(f"ScoreCenteringGRPOTrainer does not support: {'; '.join(bad)}")
-        model = self.accelerator.unwrap_model(self.model)
         self.k = min(a.score_centering_top_k, model.config.vocab_size)  # the head size, per generated token
         if a.use_vllm:  # TRL's engine, asked for k log-probs; every sync verified
             vg = self.vllm_generation
@@ -444,41 +584,43 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
             return super()._compute_loss(model, inputs)
         self.check_batch(inputs)
         # TRL's fused LM head runs the backbone once: keep its last hidden states (B, P + T, H) and its log p(y_t)
+        # (B, P + T − 1), which carries the gradient of TRL's own softmax over the vocabulary
         unwrapped = self.accelerator.unwrap_model(model)
-        seen = {}
+        seen = {"hidden": [], "logp": []}
         hooks = [unwrapped.base_model.register_forward_hook(
-                     lambda m, a, out: seen.__setitem__("hidden", out.last_hidden_state)),
-                 unwrapped.register_forward_hook(lambda m, a, out: seen.__setitem__("logp", out.log_probs))]
+                     lambda m, a, out: seen["hidden"].append(out.last_hidden_state)),
+                 unwrapped.register_forward_hook(lambda m, a, out: seen["logp"].append(out.log_probs))]
         try:
             loss = super()._compute_loss(model, inputs)
         finally:
             for h in hooks:
                 h.remove()
-        term, diag = self._centering(seen["hidden"], inputs)
+        if len(seen["logp"]) != 1 or len(seen["hidden"]) != 1:  # TRL 1.16 scores the whole batch in one forward
+            raise ScrlError(f"TRL's loss ran {len(seen['logp'])} fused forwards where the centering term expects one")
         T, mask = inputs["completion_ids"].shape[1], inputs["completion_mask"].bool()
+        logp_y = seen["logp"][0][:, -T:]  # (B, T) TRL's log p(y_t), with grad
+        term, diag = self._centering(seen["hidden"][0], logp_y, inputs)
         # log r_t = log p(y_t) − log q(y_t): TRL's own log p(y_t), detached
-        log_ratio = seen["logp"][:, -T:].detach().float() - inputs["sampling_per_token_logps"].float()
+        log_ratio = logp_y.detach().float() - inputs["sampling_per_token_logps"].float()
         self._log_centering(term, diag, log_ratio, mask)
         return loss + term
 
-    def _centering(self, hidden, inputs):
-        """(the reduced centering term, its diag) from the backbone's last hidden states (B, P + T, H) and the batch:
-        log p at the head ids from the LM head (row P − 1 + t scores completion token t), core's `centering_term`
-        with the weighting of TRL's IS options, TRL's sequence ratio where it has one, TRL's reduction."""
+    def _centering(self, hidden, logp_y, inputs):
+        """(the reduced centering term, its diag) from the backbone's last hidden states (B, P + T, H), TRL's
+        log p(y_t) (B, T) and the batch: log p at the head ids (`centering_head_logprobs`; row P − 1 + t scores
+        completion token t), core's `centering_term` with the weighting of TRL's IS options, TRL's sequence ratio
+        where it has one, TRL's reduction. diag["full_softmax_rows"] (B, T) marks the rows scored over the vocabulary."""
         P, T = inputs["prompt_ids"].shape[1], inputs["completion_ids"].shape[1]
-        mask = inputs["completion_mask"].bool()
-        weight = self.accelerator.unwrap_model(self.model).get_output_embeddings().weight  # (V, H)
-        h = hidden[:, P - 1:P - 1 + T]  # (B, T, H)
-        if self.args.cast_lm_head_to_fp32:  # the numerics of TRL's own LM head
-            h, weight, ctx = h.float(), weight.float(), torch.autocast(h.device.type, enabled=False)
-        else:
-            ctx = self.accelerator.autocast()
-        with ctx:
-            # log p(v), v ∈ H, chunked: no (tokens × vocab) tensor is kept
-            logp_head = lm_head_logprobs(h, weight, inputs["sampler_head_ids"], self.temperature)  # (B, T, k)
+        mask, lq = inputs["completion_mask"].bool(), inputs["sampler_head_logp"]
         kw, sequence_level = self._is_setting()
+        fp32 = self.args.cast_lm_head_to_fp32  # the numerics of TRL's own LM head, for the full-softmax rows
+        logp_head, full = centering_head_logprobs(
+            logp_y, hidden[:, P - 1:P - 1 + T], self.accelerator.unwrap_model(self.model).get_output_embeddings(),
+            inputs["completion_ids"], inputs["sampler_head_ids"], lq, mask, self.temperature, kw,
+            torch.autocast(hidden.device.type, enabled=False) if fp32 else self.accelerator.autocast(), fp32)
         # sg(A_t) · Σ_{v∈H} sg(c_v) · log p(v), (B, T)
-        term, diag = centering_term(logp_head, inputs["sampler_head_logp"], inputs["advantages"], mask, **kw)
+        term, diag = centering_term(logp_head, lq, inputs["advantages"], mask, **kw)
+        diag["full_softmax_rows"] = full.float()
         if sequence_level:  # TRL's sequence ratio (B, 1) multiplies its whole per-token loss: centering too
             term = term * inputs["importance_sampling_ratio"]
         return self._reduce_like_trl(term, mask, inputs), diag
@@ -507,7 +649,7 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         lr = torch.where(mask, log_ratio, 0.0)  # log p − log q at sampled tokens
         per_token = dict(head_mass_q=diag["head_mass_q"], head_mass_p=diag["head_mass_p"], rho_mean=diag["rho"],
-                         rho_at_bound=diag["rho_at_bound"])
+                         rho_at_bound=diag["rho_at_bound"], full_softmax_rows=diag["full_softmax_rows"])
         for name, x in [*((f"score_centering/{k}", v) for k, v in per_token.items()),
                         ("sampling/mismatch_kl", lr.exp() - 1 - lr)]:  # k3 estimate of KL(q‖p), ≥ 0
             s = self.accelerator.reduce(torch.stack([x[mask].sum(), mask.sum().float()]), reduction="sum")
@@ -638,8 +780,10 @@ def async_grpo_centering_term(logp_head, sampler_head_logp, advantages, *, epsil
     `score_centered_pg_loss(..., weighting="mis")` with the sign-dependent band.
 
     Args:
-      logp_head:         (M, k) trainer log-probs at the sampler's head ids (grad), e.g. `lm_head_logprobs` on the
-                                 final hidden states at token_index
+      logp_head:         (M, k) trainer log-probs at the sampler's head ids (grad): `head_logprobs_from_sampled` from
+                                 the trainer's own log p(y) (its fused head's, with grad) and the final hidden states
+                                 at token_index, no second pass over the vocabulary (rows where |Σ_H c| > 1 are
+                                 better scored by `lm_head_logprobs` under a bf16 head: `centering_head_logprobs`)
       sampler_head_logp: (M, k) the sampler's top-k log-probs (`pack_sampler_heads`); −inf marks an empty slot
       advantages:        (M,)   per-token advantages
     Returns:

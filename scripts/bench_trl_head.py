@@ -1,0 +1,155 @@
+"""Score centering's extra cost over TRL's own loss at a real vocabulary, through TRL's path (a benchmark, not a test).
+
+A synthetic LM head at Qwen-like shapes (hidden 1,024, V = 151,936; 2,048 tokens; k = 128), float32 on the CPU's
+cores. One step = forward + backward of the loss from the final hidden states, in three arms:
+  * trl:        TRL's fused, chunked LM head (`trl.kernels.ChunkedLogProbFunction`, log p(y) and the entropy, as
+                GRPOTrainer asks for them) and the policy-gradient term −A · log p(y) (token mean);
+  * trl_sc:     the same plus the centering term as ScoreCenteringGRPOTrainer adds it: `centering_head_logprobs`
+                (log p at the k head ids from TRL's log p(y) and k + 1 logits per token; rows with |Σ c| > 1 over
+                the vocabulary) and core's `centering_term`;
+  * trl_sc_old: (--with-old) the earlier path: a second, chunked LM-head pass over the vocabulary for the head
+                (`lm_head_logprobs`), for comparison.
+The sampler's head: the top-k of q = softmax(z + noise) (noise std --noise on every logit), y drawn from q.
+
+Timing: arms alternate in one process (order flipped every rep), --reps timed reps after a warm-up; the paired
+number is the median over reps of trl_sc / trl. Peak memory: each arm once more in a fresh subprocess, its peak RSS
+(VmHWM, reset once the inputs exist) above the inputs. The 1-minute load average before and after is recorded.
+
+    OMP_NUM_THREADS=2 python scripts/bench_trl_head.py --reps 6 --out figures/bench_trl_head.json
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from contextlib import nullcontext
+
+import torch
+from trl.kernels import ChunkedLogProbFunction
+
+import scrl_min
+from scrl_min.trl import centering_head_logprobs
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_centering import status_mb  # noqa: E402
+
+TRL_CHUNK = 32768  # TRL's _CHUNKED_LOGPROB_CHUNK_SIZE (trl 1.16): vocabulary columns per tile
+
+
+def make_inputs(n_tokens: int, hidden: int, vocab: int, k: int, noise: float, seed: int = 0):
+    """Hidden states h (N, H) and LM head W (V, H), both with grad; logits z = h Wᵀ with std ≈ 3; the sampler's
+    q = softmax(z + noise), its top-k head (ids, log q) (N, k) and y ~ q (N,). Built a block of rows at a time."""
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(n_tokens, hidden, generator=g)
+    W = torch.randn(vocab, hidden, generator=g) * (3.0 / hidden ** 0.5)
+    ids, lq, y = [], [], []
+    with torch.no_grad():
+        for s in range(0, n_tokens, 256):
+            zq = h[s:s + 256] @ W.T
+            zq += noise * torch.randn(zq.shape, generator=g)
+            lsm = torch.log_softmax(zq, -1)  # (n, V)
+            y.append(torch.multinomial(lsm.exp(), 1, generator=g)[:, 0])
+            top = lsm.topk(k, -1)
+            ids.append(top.indices)
+            lq.append(top.values)
+    return h.requires_grad_(), W.requires_grad_(), torch.cat(y), torch.cat(ids), torch.cat(lq)
+
+
+class _Head(torch.nn.Module):
+    def __init__(self, W):
+        super().__init__()
+        self.weight, self.bias = W, None
+
+
+def step(arm: str, h, W, y, ids, lq) -> dict:
+    """One forward + backward; gradients accumulate into h.grad and W.grad. Returns {"full_rows": n} for trl_sc."""
+    N = y.shape[0]
+    A = torch.linspace(-1, 1, N)  # advantages of both signs
+    logp_y, _entropy, *_ = ChunkedLogProbFunction.apply(h, W, None, y, 1.0, TRL_CHUNK, None, 1.0,
+                                                        ("log_probs", "entropy"))
+    loss = -(A * logp_y).mean()  # TRL's policy term (no IS), token mean
+    info = {}
+    if arm != "trl":
+        mask = torch.ones(1, N, dtype=torch.bool)
+        if arm == "trl_sc":
+            lp_head, full = centering_head_logprobs(logp_y[None], h[None], _Head(W), y[None], ids[None], lq[None],
+                                                    mask, 1.0, dict(weighting="none"), nullcontext())
+            info["full_rows"] = int(full.sum())
+        else:  # the earlier path: a second pass over the vocabulary
+            lp_head = scrl_min.lm_head_logprobs(h[None], W, ids[None])
+        term, _ = scrl_min.centering_term(lp_head, lq[None], A[None], mask)
+        loss = loss + term.mean()
+    loss.backward()
+    return info
+
+
+def memory_child(args) -> None:
+    """One arm once in this (fresh) process: its peak RSS above the inputs' RSS, in MiB, as JSON on stdout."""
+    inputs = make_inputs(args.tokens, args.hidden, args.vocab, args.k, args.noise)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current RSS
+    base = status_mb("VmRSS")
+    step(args.memory_child, *inputs)
+    print(json.dumps({"base_mb": round(base, 1), "peak_mb": round(status_mb("VmHWM"), 1),
+                      "extra_mb": round(status_mb("VmHWM") - base, 1)}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", type=int, default=2048, help="tokens per step (N)")
+    ap.add_argument("--hidden", type=int, default=1024, help="hidden size (H)")
+    ap.add_argument("--vocab", type=int, default=151_936, help="vocabulary size (V)")
+    ap.add_argument("--k", type=int, default=128, help="sampler head size")
+    ap.add_argument("--noise", type=float, default=0.5, help="std of the sampler's logit noise (nats)")
+    ap.add_argument("--reps", type=int, default=6, help="timed reps per arm (after one warm-up)")
+    ap.add_argument("--with-old", action="store_true", help="also time the earlier second-pass path")
+    ap.add_argument("--out", default=None, help="write the results here as JSON")
+    ap.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.memory_child:
+        return memory_child(args)
+    load0 = os.getloadavg()[0]
+    shape = dict(tokens=args.tokens, hidden=args.hidden, vocab=args.vocab, k=args.k, noise=args.noise)
+    print(f"shapes {shape}, torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
+    inputs = make_inputs(args.tokens, args.hidden, args.vocab, args.k, args.noise)
+    arms = ["trl", "trl_sc"] + (["trl_sc_old"] if args.with_old else [])
+    times, full_rows = {a: [] for a in arms}, []
+    for rep in range(args.reps + 1):  # rep 0 is the warm-up
+        for arm in (arms if rep % 2 else arms[::-1]):
+            for t in inputs[:2]:
+                t.grad = None
+            t0 = time.perf_counter()
+            info = step(arm, *inputs)
+            dt = time.perf_counter() - t0
+            if rep:
+                times[arm].append(dt)
+            full_rows += [info["full_rows"]] if "full_rows" in info else []
+            print(f"  rep {rep} {arm:10s} {dt:7.2f} s", flush=True)
+    med = {a: statistics.median(ts) for a, ts in times.items()}
+    paired = {a: statistics.median(x / y for x, y in zip(times[a], times["trl"])) for a in arms[1:]}
+    memory = {}
+    for arm in arms:
+        r = subprocess.run([sys.executable, __file__, "--memory-child", arm, "--tokens", str(args.tokens),
+                            "--hidden", str(args.hidden), "--vocab", str(args.vocab), "--k", str(args.k),
+                            "--noise", str(args.noise)], capture_output=True, text=True, check=True)
+        memory[arm] = json.loads(r.stdout.strip().splitlines()[-1])
+    import trl
+    result = dict(shape=shape, threads=torch.get_num_threads(), torch=torch.__version__, trl=trl.__version__,
+                  cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
+                  load_average_1min_before_after=[round(load0, 2), round(os.getloadavg()[0], 2)],
+                  times_s={a: [round(t, 3) for t in ts] for a, ts in times.items()},
+                  median_s={a: round(m, 3) for a, m in med.items()},
+                  paired_ratio_over_trl={a: round(r, 4) for a, r in paired.items()},
+                  full_softmax_rows=dict(per_step=full_rows[-1] if full_rows else None, tokens=args.tokens),
+                  peak_memory_mb=memory)
+    print(json.dumps(result, indent=1))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
