@@ -15,9 +15,9 @@ The rule (docs/verdict.md, "The inference rule"), as this file applies it:
 5. a status follows (`decide`): reproduced / equivalent within ±0.05 / non-inferior / contradicted / not decided,
    with the seeds that would decide it (`seeds_needed`).
 
-`tested_rows()` makes the rows, `claims()` the claims table. The older single-CPU rows with a page-wide Holm
-correction (`rows`, `with_tests`, `replicate_rows`) stay for the deck (slides/journal_club.py), which still reads
-them. tests/test_verdict.py checks the page and the README against this file, and the rule's pieces against
+`tested_rows()` makes the rows, `claims()` the claims table, `holm_interval` a row's Holm-level interval (the
+deck's). The older single-CPU rows with a page-wide Holm correction (`with_tests`, `replicate_rows`) are no
+longer read by the page or the deck. tests/test_verdict.py checks the page and the README against this file, and the rule's pieces against
 independent computations.
 """
 from __future__ import annotations
@@ -250,6 +250,27 @@ def apply_holm(rs: list, alpha: float = ALPHA) -> list:
         r["seeds"] = (seeds_needed(r["mean"], r["sd"], r["kind"], alpha / r["m"])
                       if r["status"] == "not decided" else None)
     return rs
+
+
+def holm_interval(r: dict, rs: list, alpha: float = ALPHA) -> tuple:
+    """The Holm-level interval of tested row `r` (after `apply_holm`) in its family, the rows of `rs` that share
+    r's family: the (1 − 2a) two-sided t interval over r's seed units, a = α/(m − k) the level at which Holm's
+    step k tests it (k: r's 0-based rank by p within the family, ties in page order). Its end on the claim's
+    side decides the test at level a: the lower end above 0 (greater), above −M (noninferior); the upper end below
+    0 (less); both ends within ±M (equivalent). Returns (lower, upper, a). Raises ValueError for a descriptive row
+    (no family), a row whose Holm p its notebook gave (notebook 06), or a row that is not in `rs`."""
+    from scipy import stats
+
+    if r.get("family") is None or "p_holm_given" in r:
+        raise ValueError(f"{r.get('contrast')!r} has no Holm step of this page's: family {r.get('family')!r}")
+    fam = [x for x in rs if x["family"] == r["family"]]
+    order = sorted(range(len(fam)), key=lambda i: fam[i]["p"])
+    k = next((j for j, i in enumerate(order) if fam[i] is r), None)
+    if k is None:
+        raise ValueError(f"{r.get('contrast')!r} is not among the rows of its family {r['family']!r}")
+    a = alpha / (len(fam) - k)
+    h = float(stats.t.ppf(1 - a, r["n"] - 1) * r["sd"] / math.sqrt(r["n"]))
+    return r["mean"] - h, r["mean"] + h, a
 
 
 def page_holm(rs: list) -> list:
