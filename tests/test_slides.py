@@ -1,6 +1,12 @@
 """`make slides`: the deck builds from slides/journal_club.py and the committed figures, opens offline (nothing
-fetched from the network, every figure inside the HTML, reveal.js beside it), and its numbers are the verdict's."""
+fetched from the network, every figure inside the HTML, reveal.js beside it), reads from the back of a room (a
+1280 × 720 slide, text ≥ 24 px, figures drawn for the slide), and its numbers are the verdict's under the inference
+rule (docs/verdict.md): every status, p and interval on a slide is the one scripts/verdict.py computes."""
+import base64
+import html as html_lib
+import math
 import re
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +15,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
+TEMPLATE = REPO / "slides" / "template" / "scrl_deck" / "index.html.j2"
+DECK = REPO / "slides" / "journal_club.py"
+MIN_PX = 24  # the smallest text, in pixels of the 1280 × 720 slide (issue 30: about 13 px before)
 
 
 def local_references(html: str, root: Path) -> list:
@@ -64,9 +73,131 @@ def test_deck_builds_offline_with_the_verdicts_numbers(tmp_path):
     assert 'src="reveal.js/dist/reveal.js"' in html
     assert html.count("data:image/png;base64,") >= 8, "figures are not embedded"
     assert not local_references(html, tmp_path), f"missing beside the deck: {local_references(html, tmp_path)}"
-    assert "def figure(" not in html, "code cells leaked into the deck"
+    assert "def show(" not in html and "def load(" not in html, "code cells leaked into the deck"
     import verdict
 
-    rows = verdict.with_tests(verdict.rows())
-    sc_plain = next(r for r in rows if r["source"] == "02" and r["contrast"] == "sc − plain")
-    assert f"{sc_plain['mean']:+.3f} ± {sc_plain['ci95']:.3f}" in html
+    rs = verdict.tested_rows()
+    fam02 = [r for r in rs if r["family"] == "02"]
+    table = table_rows(html)
+    for r in fam02:  # the headline table: each claim's numbers, Holm-level interval, Holm p and status, by the rule
+        lo, hi, _ = verdict.holm_interval(r, rs)
+        cells = [f"{verdict.fmt(r['mean'])} ± {r['ci95']:.3f}", f"[{lo:+.3f}, {hi:+.3f}]", verdict.p_text(r["p_holm"]),
+                 verdict.short_status(r).replace("**", "")]
+        assert any(row[0].startswith(r["contrast"] + " ") and row[1:] == cells for row in table), \
+            f"the headline table has no row {r['contrast']}: {cells}"
+    text = deck_text(html)
+    allowed = {verdict.p_text(r["p_holm"]) for r in fam02 + verdict.slope_rows() if r["p_holm"] is not None}
+    g = verdict._load("10_gradient_test.json")
+    if g and "contrasts" in g:
+        allowed.add(verdict.p_text(min(r["p_holm"] for r in verdict.gradient_rows(g))))
+    quoted = re.findall(r"Holm p (?:is )?(< 0\.001|\d\.\d{3})", text)
+    assert quoted, "the deck quotes no Holm p"
+    stray = [p for p in quoted if p not in allowed]
+    assert not stray, f"Holm p values on the deck that the rule does not give: {stray}"
+    assert "57 contrasts" not in text and "page-wide" not in text, "the deck quotes the page-wide Holm family"
+    for r in verdict.slope_rows():  # the slope slide: numbers and status by the rule
+        assert (f"{r['contrast']}: {verdict.fmt(r['mean'], d=2)} ± {r['ci95']:.2f} per tenfold KL; Holm p "
+                f"{verdict.p_text(r['p_holm'])}") in text
+    for c in verdict.claims():  # the verdict slides: every claim's status, as the README's table gives it
+        assert c["short_status"].replace("**", "") in text, c["claim"]
+    assert "pooled over two CPU models (12 seeds)" in text
+    for width, png_width in images(html):  # drawn for the slide: 2 dots per displayed pixel, not a notebook PNG
+        assert png_width == 2 * width, f"a figure of {png_width} px shown at {width} px: not drawn for the slide"
+        assert width <= 1240, f"a figure {width} px wide does not fit the 1280 px slide"
+
+
+def deck_text(html: str) -> str:
+    """The deck's visible text: tags removed, entities and non-breaking spaces resolved, whitespace collapsed."""
+    body = re.sub(r"<(script|style)\b.*?</\1>", " ", html, flags=re.S)
+    body = re.sub(r"</?(?:strong|em|code|b|i|a|span)\b[^>]*>", "", body)  # inline: no space
+    return re.sub(r"\s+", " ", html_lib.unescape(re.sub(r"<[^>]+>", " ", body)).replace("\u00a0", " "))
+
+
+def table_rows(html: str) -> list:
+    """Every table row of the deck as its cells' text."""
+    rows = []
+    for tr in re.findall(r"<tr>(.*?)</tr>", html, flags=re.S):
+        rows.append([deck_text(c).strip() for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", tr, flags=re.S)])
+    return rows
+
+
+def images(html: str) -> list:
+    """(displayed width, PNG width in pixels) of every embedded PNG."""
+    out = []
+    for tag in re.findall(r"<img\b[^>]*>", html):
+        src = re.search(r'src="data:image/png;base64,([^"]+)"', tag)
+        width = re.search(r'width="(\d+)"', tag)
+        assert src and width, f"an image without an embedded PNG or a width: {tag[:120]}"
+        png = base64.b64decode(src.group(1)[:64])
+        out.append((int(width.group(1)), struct.unpack(">I", png[16:20])[0]))
+    return out
+
+
+def test_deck_text_is_large_enough_to_project():
+    """The deck's page is a 1280 × 720 slide (so its CSS pixels are a 1280 × 720 projector's), and every font size
+    its stylesheet sets is at least MIN_PX pixels, in px (an em size would scale from the theme's, unchecked)."""
+    tpl = TEMPLATE.read_text()
+    init = re.search(r"Reveal\.initialize\(\{(.*?)\}\);", tpl, flags=re.S).group(1)
+    assert re.search(r"\bwidth:\s*1280\b", init) and re.search(r"\bheight:\s*720\b", init), \
+        "the slide is not 1280 × 720"
+    css = re.search(r"<style>(.*?)</style>", tpl, flags=re.S).group(1)
+    sizes = re.findall(r"font-size:\s*([\d.]+)(px|em|rem|%|pt)?", css)
+    assert sizes, "the deck's stylesheet sets no font size"
+    for value, unit in sizes:
+        assert unit == "px", f"font-size {value}{unit}: give the deck's sizes in px"
+        assert float(value) >= MIN_PX, f"font-size {value}px is below {MIN_PX} px"
+    for sel in ("p", "li", "td", "th"):  # body text and tables have a size of their own
+        assert re.search(rf"\.jp-RenderedHTMLCommon {sel}\b[^{{]*\{{[^}}]*font-size", css), f"no size for {sel}"
+
+
+def test_deck_figures_are_drawn_for_the_slide():
+    """The deck draws its figures from the JSON at PX pixels per inch with labels of LABEL_PT points (≥ MIN_PX px),
+    and embeds no notebook PNG (drawn for a page, their labels are about 8 px on a slide)."""
+    import ast
+
+    src = DECK.read_text()
+    consts = {n.targets[0].id: n.value.value for n in ast.parse(src).body
+              if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Constant)}
+    assert consts["LABEL_PT"] * consts["PX"] / 72 >= MIN_PX, "figure labels smaller than the text"
+    assert "filename=" not in src and ".png" not in src, "the deck embeds a PNG file"
+
+
+def test_deck_reads_the_rule_not_the_page_wide_rows():
+    """Every status, p and interval on the deck comes from the inference rule's functions (tested_rows, slope_rows,
+    claims, holm_interval), not from the older page-wide rows (rows, with_tests, replicate_rows)."""
+    src = DECK.read_text()
+    for old in ("with_tests", "replicate_rows", "verdict.rows(", "forest_plot"):
+        assert old not in src, f"the deck still reads verdict.{old.rstrip('(')}"
+    for new in ("tested_rows", "slope_rows", "claims", "holm_interval"):
+        assert f"verdict.{new}(" in src
+
+
+def test_holm_interval_decides_as_holm_steps():
+    """verdict.holm_interval: in each family of the rule, the interval at step k is the (1 − 2a) t interval with
+    a = α/(m − k), and its claim-side end clears the threshold exactly when p < a; where Holm's adjusted p is below
+    α the interval clears (the deck's reading agrees with the status)."""
+    from scipy import stats
+    import verdict
+
+    rs = verdict.tested_rows() + verdict.slope_rows()
+    fams = {}
+    for r in rs:
+        if r["family"] is not None and "p_holm_given" not in r:
+            fams.setdefault(r["family"], []).append(r)
+    assert "02" in fams
+    thresholds = {"greater": (0.0, None), "noninferior": (-verdict.MARGIN, None), "less": (None, 0.0),
+                  "equivalent": (-verdict.MARGIN, verdict.MARGIN)}
+    for fam, members in fams.items():
+        levels = sorted(verdict.ALPHA / (len(members) - k) for k in range(len(members)))
+        for r in members:
+            lo, hi, a = verdict.holm_interval(r, members)
+            assert a in levels
+            h = stats.t.ppf(1 - a, r["n"] - 1) * r["sd"] / math.sqrt(r["n"])
+            assert math.isclose(hi - r["mean"], h, rel_tol=1e-9) and math.isclose(r["mean"] - lo, h, rel_tol=1e-9)
+            low, high = thresholds[r["kind"]]
+            clears = (low is None or lo > low) and (high is None or hi < high)
+            assert clears == (r["p"] < a), (fam, r["contrast"], r["p"], a, lo, hi)
+            if r["p_holm"] < verdict.ALPHA:
+                assert clears, (fam, r["contrast"])
+    with pytest.raises(ValueError):
+        verdict.holm_interval(next(r for r in verdict.tested_rows() if r["family"] is None), rs)
