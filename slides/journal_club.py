@@ -243,7 +243,7 @@ if h and fam02:
     p = h["parameters"]
     display(Markdown(f"{h.get('setting', 'FP8 + 10% weight noise')} (KL {h['kl_qp_step0']['plain']:.1e} per token at "
                      f"the start), {p['advantage_mode']} rewards, {p['steps']} steps, lr {p['lr']:g}; black: mean ± 95%. "
-                     f"Plain pays for the mismatch; every correction recovers it."))
+                     f"Plain pays for the mismatch (next slide: the five claims)."))
 else:
     pending("figures/02_fp8_arms.json")
 

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 TEMPLATE = REPO / "slides" / "template" / "scrl_deck" / "index.html.j2"
 DECK = REPO / "slides" / "journal_club.py"
-MIN_PX = 24  # the smallest text, in pixels of the 1280 × 720 slide (issue 30: about 13 px before)
+MIN_PX = 24  # the smallest text, in pixels of the 1280 × 720 slide (the deck was about 13 px before)
 
 
 def local_references(html: str, root: Path) -> list:
