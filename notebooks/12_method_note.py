@@ -14,9 +14,9 @@
 # sampling): (1) SC's expected update is $\mathrm{Cov}_q(A, s)$; (2) exact token IS is unbiased per
 # prefix and SC is not; (3) neither corrects the prefix distribution (a two-token tree, all $V^2$
 # completions); (4) SC + MIS is MIS wherever the ratios are in band; (5) SC's edge over plain grows with
-# $|\mathbb{E}_q[A]|/\mathrm{sd}_q(A)$. The prose is in `docs/method.md`, section "What score centering
-# estimates, checked exactly"; notebook 10 (the gradient-level test) measures what these exact statements
-# mean for one update of the trainer's batch, with sampling noise.
+# $|\mathbb{E}_q[A]|/\mathrm{sd}_q(A)$. The prose is in `docs/method.md`,
+# section "What score centering estimates, checked exactly"; notebook 10 (the gradient-level test)
+# measures what these exact statements mean for one update of the trainer's batch, with sampling noise.
 #
 # **Run time and hardware:** CPU only, no GPU; about a minute on 2 CPU cores. Every number it prints is
 # deterministic: float64 sums over the vocabulary, identical on any CPU up to float round-off (the
