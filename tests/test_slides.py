@@ -188,10 +188,11 @@ def test_holm_interval_decides_as_holm_steps():
     thresholds = {"greater": (0.0, None), "noninferior": (-verdict.MARGIN, None), "less": (None, 0.0),
                   "equivalent": (-verdict.MARGIN, verdict.MARGIN)}
     for fam, members in fams.items():
-        levels = sorted(verdict.ALPHA / (len(members) - k) for k in range(len(members)))
+        by_p = sorted(members, key=lambda r: r["p"])
         for r in members:
             lo, hi, a = verdict.holm_interval(r, members)
-            assert a in levels
+            rank = next(k for k, x in enumerate(by_p) if x is r)
+            assert math.isclose(a, verdict.ALPHA / (len(members) - rank)), (fam, r["contrast"], a, rank)
             h = stats.t.ppf(1 - a, r["n"] - 1) * r["sd"] / math.sqrt(r["n"])
             assert math.isclose(hi - r["mean"], h, rel_tol=1e-9) and math.isclose(r["mean"] - lo, h, rel_tol=1e-9)
             low, high = thresholds[r["kind"]]
