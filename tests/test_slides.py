@@ -202,3 +202,17 @@ def test_holm_interval_decides_as_holm_steps():
                 assert clears, (fam, r["contrast"])
     with pytest.raises(ValueError):
         verdict.holm_interval(next(r for r in verdict.tested_rows() if r["family"] is None), rs)
+
+
+def test_deck_follows_the_readmes_reading_order():
+    """The slides name their notebooks ('(notebook NN)' in a slide's title) in the order the README's three parts
+    list them (the idea, the experiments, in production), each once."""
+    readme = (REPO / "README.md").read_text()
+    part = readme[readme.index("## The notebooks, in three parts"):]
+    part = part[:part.index("\n## ", 4)]
+    order = re.findall(r"^\| `(\d\d)_", part, flags=re.M)
+    assert len(order) == len(set(order)) >= 10, "the README's reading order was not found"
+    deck = re.findall(r"^# ## .*?\(notebook (\d\d)\)", DECK.read_text(), flags=re.M)
+    assert len(deck) >= 8 and len(deck) == len(set(deck)), f"slides name notebooks {deck}"
+    assert all(n in order for n in deck), f"the deck names notebooks the README does not: {set(deck) - set(order)}"
+    assert deck == sorted(deck, key=order.index), f"the deck's order {deck} is not the README's {order}"
