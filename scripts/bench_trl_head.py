@@ -7,8 +7,13 @@ cores. One step = forward + backward of the loss from the final hidden states, i
   * trl_sc:     the same plus the centering term as ScoreCenteringGRPOTrainer adds it: `centering_head_logprobs`
                 (log p at the k head ids from TRL's log p(y) and k + 1 logits per token; rows with |Σ c| > 1 over
                 the vocabulary) and core's `centering_term`;
-  * trl_sc_old: (--with-old) the earlier path: a second, chunked LM-head pass over the vocabulary for the head
-                (`lm_head_logprobs`), for comparison.
+  * trl_sc_old: the earlier path: a second, chunked LM-head pass over the vocabulary for the head
+                (`lm_head_logprobs`), for comparison;
+  * sc_only:    the centering's own work alone: trl_sc's extra forward and backward, with log p(y) a leaf standing
+                in for TRL's output (TRL's backward is the same kernel call whether or not log p(y) receives the
+                centering's gradient) and W.grad already holding a dense gradient, as TRL's leaves it, so the
+                accumulation of the centering's ∂W is in the number. Its time over trl's is the extra cost measured
+                without the difference of two long, noisy steps.
 The sampler's head: the top-k of q = softmax(z + noise) (noise std --noise on every logit), y drawn from q.
 
 Timing: arms alternate in one process (order flipped every rep), --reps timed reps after a warm-up; the paired
@@ -16,6 +21,7 @@ number is the median over reps of trl_sc / trl. Peak memory: each arm once more 
 (VmHWM, reset once the inputs exist) above the inputs. The 1-minute load average before and after is recorded.
 
     OMP_NUM_THREADS=2 python scripts/bench_trl_head.py --reps 6 --out figures/bench_trl_head.json
+    OMP_NUM_THREADS=2 python scripts/bench_trl_head.py --reps 2 --arms trl,trl_sc_old   (the earlier path)
 """
 import argparse
 import json
@@ -64,17 +70,27 @@ class _Head(torch.nn.Module):
         self.weight, self.bias = W, None
 
 
-def step(arm: str, h, W, y, ids, lq) -> dict:
-    """One forward + backward; gradients accumulate into h.grad and W.grad. Returns {"full_rows": n} for trl_sc."""
+def step(arm: str, h, W, y, ids, lq, logp_y=None) -> dict:
+    """One forward + backward; gradients accumulate into h.grad and W.grad. Returns {"full_rows": n} for trl_sc and
+    sc_only. sc_only takes TRL's log p(y) values (N,) as `logp_y` (computed here when None)."""
     N = y.shape[0]
     A = torch.linspace(-1, 1, N)  # advantages of both signs
-    logp_y, _entropy, *_ = ChunkedLogProbFunction.apply(h, W, None, y, 1.0, TRL_CHUNK, None, 1.0,
-                                                        ("log_probs", "entropy"))
-    loss = -(A * logp_y).mean()  # TRL's policy term (no IS), token mean
+    if arm == "sc_only":
+        if logp_y is None:
+            with torch.no_grad():
+                logp_y = ChunkedLogProbFunction.apply(h, W, None, y, 1.0, TRL_CHUNK, None, 1.0, ("log_probs",))[0]
+        logp_y = logp_y.detach().requires_grad_()  # a leaf: the centering's gradient to log p(y) stops here
+        if W.grad is None:  # TRL's dense ∂W, already there (the timing loop sets it outside the clock)
+            W.grad = torch.zeros_like(W)
+        loss = 0.0
+    else:
+        logp_y, _entropy, *_ = ChunkedLogProbFunction.apply(h, W, None, y, 1.0, TRL_CHUNK, None, 1.0,
+                                                            ("log_probs", "entropy"))
+        loss = -(A * logp_y).mean()  # TRL's policy term (no IS), token mean
     info = {}
     if arm != "trl":
         mask = torch.ones(1, N, dtype=torch.bool)
-        if arm == "trl_sc":
+        if arm in ("trl_sc", "sc_only"):
             lp_head, full = centering_head_logprobs(logp_y[None], h[None], _Head(W), y[None], ids[None], lq[None],
                                                     mask, 1.0, dict(weighting="none"), nullcontext())
             info["full_rows"] = int(full.sum())
@@ -105,7 +121,8 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=128, help="sampler head size")
     ap.add_argument("--noise", type=float, default=0.5, help="std of the sampler's logit noise (nats)")
     ap.add_argument("--reps", type=int, default=6, help="timed reps per arm (after one warm-up)")
-    ap.add_argument("--with-old", action="store_true", help="also time the earlier second-pass path")
+    ap.add_argument("--arms", default="trl,trl_sc,sc_only",
+                    help="comma-separated, from trl, trl_sc, sc_only, trl_sc_old (the earlier second-pass path)")
     ap.add_argument("--out", default=None, help="write the results here as JSON")
     ap.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -115,14 +132,21 @@ def main() -> None:
     shape = dict(tokens=args.tokens, hidden=args.hidden, vocab=args.vocab, k=args.k, noise=args.noise)
     print(f"shapes {shape}, torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
     inputs = make_inputs(args.tokens, args.hidden, args.vocab, args.k, args.noise)
-    arms = ["trl", "trl_sc"] + (["trl_sc_old"] if args.with_old else [])
+    arms = args.arms.split(",")
+    if arms[0] != "trl" or not set(arms) <= {"trl", "trl_sc", "sc_only", "trl_sc_old"}:
+        ap.error(f"--arms must start with trl and name only trl, trl_sc, sc_only, trl_sc_old: {args.arms}")
     times, full_rows = {a: [] for a in arms}, []
     for rep in range(args.reps + 1):  # rep 0 is the warm-up
         for arm in (arms if rep % 2 else arms[::-1]):
             for t in inputs[:2]:
                 t.grad = None
+            if arm == "sc_only":  # outside the timing: TRL's log p(y) values and the dense ∂W TRL leaves
+                inputs[1].grad = torch.zeros_like(inputs[1])
+                with torch.no_grad():
+                    lp_y = ChunkedLogProbFunction.apply(inputs[0], inputs[1], None, inputs[2], 1.0, TRL_CHUNK, None,
+                                                        1.0, ("log_probs",))[0]
             t0 = time.perf_counter()
-            info = step(arm, *inputs)
+            info = step(arm, *inputs, logp_y=lp_y if arm == "sc_only" else None)
             dt = time.perf_counter() - t0
             if rep:
                 times[arm].append(dt)
@@ -131,7 +155,7 @@ def main() -> None:
     med = {a: statistics.median(ts) for a, ts in times.items()}
     paired = {a: statistics.median(x / y for x, y in zip(times[a], times["trl"])) for a in arms[1:]}
     memory = {}
-    for arm in arms:
+    for arm in (a for a in arms if a != "sc_only"):  # sc_only's stand-in ∂W is not the step's memory
         r = subprocess.run([sys.executable, __file__, "--memory-child", arm, "--tokens", str(args.tokens),
                             "--hidden", str(args.hidden), "--vocab", str(args.vocab), "--k", str(args.k),
                             "--noise", str(args.noise)], capture_output=True, text=True, check=True)
