@@ -16,7 +16,9 @@ The rule (docs/verdict.md, "The inference rule"), as this file applies it:
    with the seeds that would decide it (`seeds_needed`).
 
 `tested_rows()` makes the rows, `claims()` the claims table, `holm_interval` a row's Holm-level interval (the
-deck's). The older single-CPU rows with a page-wide Holm correction (`with_tests`, `replicate_rows`) are no
+deck's). Notebook 10's gradient tests (`gradient_rows`) are its pre-registered primary (a family of one) and its three
+secondaries (one family), read from its JSON's "primary" and "secondary"; its placebo and gap against KL are
+descriptive. The older single-CPU rows with a page-wide Holm correction (`with_tests`, `replicate_rows`) are no
 longer read by the page or the deck. tests/test_verdict.py checks the page and the README against this file, and the rule's pieces against
 independent computations.
 """
@@ -56,19 +58,28 @@ FAMILIES = {
     "11 reference": ("the ladder's no-mismatch reference, one contrast per rung (exploratory)", True),
     "06 map": ("notebook 06's 54 map cells (its Holm p)", False),
     "07": ("notebook 07's eight SC + IS − IS contrasts (exploratory: 07 declared none)", True),
-    "10": ("notebook 10's declared gradient tests", False),
+    "10 primary": ("notebook 10's pre-registered primary contrast, a family of one", False),
+    "10 secondaries": ("notebook 10's three pre-registered secondaries", False),
 }
 
 # The test each contrast of notebook 02's family needs, from the claim it answers (docs/verdict.md's claims table)
 KIND_02 = {"sc − mis": "noninferior", "sc − tis": "noninferior", "sc_mis − mis": "greater", "sc − plain": "greater",
            "plain − bf16": "less"}
 
-# Notebook 10: the cell that decides each gradient claim, by its label in figures/10_gradient_test.json's
-# "contrasts". None: the notebook declared no primary cell (the claim is then not decided, and the page says
-# why). A redesigned notebook 10 can name its primary contrasts in its JSON ("primary_contrasts": {"C1": label,
-# ...}), which take precedence over this table.
-GRADIENT_PRIMARY = {"C1": None, "C2": None, "C3": None, "S1": None}
-
+# Notebook 10's pre-registered tests (its section 3, committed before the run): the primary contrast alone in its
+# family, the three secondaries with Holm among themselves. Per test: its key in figures/10_gradient_test.json
+# ("primary", or the S1-S3 prefix of a "secondary" name), family, the estimator SC is compared with, the row of the
+# notebook's power computation ("prediction" → "power"), and the claim it answers (formatted with the parameters).
+GRADIENT_TESTS = (
+    ("primary", "10 primary", "MIS", "primary · SC − MIS",
+     "SC's one-update gradient is closer to the on-policy gradient than MIS's (MSE; the pre-registered primary)"),
+    ("S1", "10 secondaries", "IS", "primary · SC − IS",
+     "… closer than exact token IS's (the same cell; secondary S1)"),
+    ("S2", "10 secondaries", "MIS", "secondary · SC − MIS",
+     "… closer than MIS's at a real format, {secondary_sampler} (secondary S2)"),
+    ("S3", "10 secondaries", "MIS", "after · SC − MIS",
+     "… closer than MIS's after {ref_steps} updates of training (secondary S3)"),
+)
 
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 # The rule's pieces (tests/test_verdict.py checks each against an independent computation)
@@ -464,20 +475,38 @@ def slope_rows() -> list:
     return apply_holm(out)
 
 
+def _gradient_contrasts(g) -> list:
+    """Notebook 10's pre-registered contrasts in figures/10_gradient_test.json, in GRADIENT_TESTS' order: (key, the
+    notebook's name, its dict). Raises KeyError when the JSON lacks one (a run of another design)."""
+    sec = {name.split(" · ")[0]: (name, c) for name, c in g["secondary"].items()}
+    p = g["parameters"]
+    return [(key, f"primary · SC − MIS, {p['primary_sampler']}, start", g["primary"]) if key == "primary"
+            else (key, *sec[key]) for key, *_ in GRADIENT_TESTS]
+
+
 def gradient_rows(g) -> list:
-    """Notebook 10's declared family (its contrasts C1-C3 per cell and slopes S1), each tested one-sided in SC's
-    favour (the claims: SC's MSE is lower, SC's edge grows: estimate < 0), with Holm over the whole family as the
-    notebook declared it. Each row: label, mean (estimate, MSE relative to ‖g*‖²), ci95, sd (over replicates,
-    from the jackknife t), n (replicates). [] when notebook 10 has not run."""
-    if g is None:
+    """Notebook 10's pre-registered tests under the rule: the primary contrast (a family of one) and the three
+    secondaries (Holm among themselves), each one-sided in SC's favour (the claim: SC's MSE is lower, D < 0; the
+    rule's test for "SC beats X", which replaces the notebook's two-sided one, the families staying the
+    notebook's). The statistic is the notebook's: D = mean of D_b = ‖ĝ_SC‖² − ‖ĝ_X‖² − 2(ĝ_SC − ĝ_X)·ĝ*_ref over n
+    batches, in ‖g*‖² units, with standard error √(sd_D² / n + ref_term_sd²) (its t interval widened by the
+    reference's term), t with n − 1 df. Each row: key, label, family, kind, mean (D), ci95 (the notebook's D_ci95),
+    sd (sd_D, per batch), n (batches), p and p_opposite (one-sided), p_notebook (its two-sided p) and
+    p_holm_notebook, rel_gap, rel_ci95, predicted (the predicted relative gap, 2-3 × KL), kl, other (the estimator
+    SC is compared with), power (the notebook's power computation for it), decision (the primary's, by the
+    notebook's decision rule); then apply_holm's p_holm, status and seeds (batches). [] when notebook 10 has not
+    run."""
+    if g is None or "primary" not in g:
         return []
-    n = g["parameters"]["replicates"]
     out = []
-    for c in g["contrasts"]:
-        t, est = c["t"], c["estimate"]
-        sd = abs(est / t) * math.sqrt(n) if t not in (0, None) and np.isfinite(t) else 0.0
-        out.append(dict(label=c["label"], family="10", kind="less", mean=est, ci95=c["ci95"], sd=sd, n=n,
-                        p=_t_sf(-t, n - 1), p_opposite=_t_sf(t, n - 1)))
+    for (key, label, c), (_, family, other, power_key, _) in zip(_gradient_contrasts(g), GRADIENT_TESTS):
+        n = c["n"]
+        t = c["D"] / math.sqrt(c["sd_D"] ** 2 / n + c["ref_term_sd"] ** 2)
+        out.append(dict(key=key, label=label, family=family, kind="less", mean=c["D"], ci95=c["D_ci95"], sd=c["sd_D"],
+                        n=n, p=_t_sf(-t, n - 1), p_opposite=_t_sf(t, n - 1), p_notebook=c["p"],
+                        p_holm_notebook=c.get("p_holm"), rel_gap=c["rel_gap"], rel_ci95=c["rel_ci95"],
+                        predicted=list(c["predicted_rel_gap"]), kl=c["kl"], other=other,
+                        power=g.get("prediction", {}).get("power", {}).get(power_key), decision=c.get("decision")))
     return apply_holm(out)
 
 
@@ -615,62 +644,106 @@ def claims(rs: list | None = None, slopes: list | None = None, g=None) -> list:
     return out
 
 
-GRADIENT_OTHERS = (("C1", "exact token IS"), ("C2", "TIS"), ("C3", "MIS"))
+def _pct(x, signed=True) -> str:
+    return f"{x:+.2%}" if signed else f"{x:.2%}"
 
 
-def _gradient_primary(g) -> dict:
-    """The primary cell of each gradient claim: the JSON's own "primary_contrasts" when notebook 10 declares them,
-    else GRADIENT_PRIMARY."""
-    return {**GRADIENT_PRIMARY, **(g.get("primary_contrasts") or {})}
+def _gradient_where(g, r) -> str:
+    p = g["parameters"]
+    sampler = p["secondary_sampler"] if r["key"] == "S2" else p["primary_sampler"]
+    policy = f"after {p['ref_steps']} updates" if r["key"] == "S3" else "start policy"
+    return f"10 · {sampler}, {policy}, raw, k = {p['k']}, {r['n']} batches"
+
+
+def _gradient_number(r) -> str:
+    """A gradient row's numbers: D ± 95% in ‖g*‖², the relative gap and the predicted one, the rule's one-sided p
+    and Holm p in its family beside the notebook's two-sided ones, the power the notebook computed for it."""
+    b = r["other"]
+    s = (f"MSE_SC − MSE_{b} {fmt(r['mean'])} ± {r['ci95']:.3f} ‖g*‖² ({r['n']} batches); relative gap "
+         f"{_pct(r['rel_gap'])} ± {_pct(r['rel_ci95'], False)} of MSE_{b}, predicted {r['predicted'][0]:.1%} to "
+         f"{r['predicted'][1]:.1%} (2-3 × KL {r['kl']:.4f}); {KINDS[r['kind']]} p {p_text(r['p'])}, Holm p "
+         f"{p_text(r['p_holm'])} in {FAMILIES[r['family']][0]} (the notebook's two-sided p {p_text(r['p_notebook'])}"
+         + ("" if r["p_holm_notebook"] is None else f", Holm p {p_text(r['p_holm_notebook'])}") + ")")
+    if r["power"]:
+        s += f"; pre-registered power {r['power']['power_2kl']:.2f} at 2 × KL"
+    if r["decision"]:
+        s += f"; the notebook's decision rule: {r['decision']}"
+    return s
+
+
+def _placebo(g) -> tuple:
+    """Notebook 10's placebo (A = 1): the samplers by KL, each with its {estimator: (value, ci95)} of
+    ‖E ĝ(1)‖² / ‖g*‖², and for each estimator the samplers where its 95% interval excludes 0."""
+    pl = sorted(g["placebo"].items(), key=lambda kv: kv[1]["kl"])
+    vals = [(name, P, {k.split(" · ")[0]: (v["value"], v["ci95"]) for k, v in P["stats"].items() if k.endswith("A = 1")})
+            for name, P in pl]
+    ests = [e for e in g["estimator_labels"] if any(e in v for _, _, v in vals)]
+    excl = {e: [name for name, _, v in vals if e in v and abs(v[e][0]) > v[e][1]] for e in ests}
+    return vals, excl
+
+
+def _estimator(g, e) -> str:
+    return {"sc": "SC"}.get(e, g["estimator_labels"][e].split(" (")[0])
+
+
+def _placebo_text(g) -> str:
+    vals, excl = _placebo(g)
+    none = [f"{_estimator(g, e)}'s" for e, v in excl.items() if not v]
+    some = [f"{_estimator(g, e)}'s at {', '.join(v)}" for e, v in excl.items() if v]
+    none_ = ", ".join(none[:-1]) + f" and {none[-1]}" if len(none) > 1 else "".join(none)
+    return "the 95% interval excludes 0: " + "; ".join(some + ([f"{none_} at no sampler"] if none else []))
+
+
+def _cell(name: str) -> str:
+    """A cell's name as notebook 10's gap_against_kl writes it, 'fp8 (placebo cell)', without its parentheses."""
+    return name.replace(" (", ", ").rstrip(")")
+
+
+def _gap_cells(g) -> list:
+    """The descriptive gap against KL: (cell, its SC − MIS contrast) sorted by the cell's KL."""
+    return sorted(((name, c["sc − mis"]) for name, c in g["gap_against_kl"].items() if "sc − mis" in c),
+                  key=lambda x: x[1]["kl"])
 
 
 def gradient_claims(g, grs: list | None = None) -> list:
-    """The gradient-level claims (notebook 10), one per declared contrast (C1-C3, S1), tested in the notebook's own
-    family of declared tests. With a primary cell (`_gradient_primary`), its status; without one, 'not decided'
-    with the reason, unless a cell holds in the family (then the cells that hold are named). No cell counts."""
-    if g is None:
-        return [dict(claim="SC's gradient is closer to the on-policy gradient than IS's, more so as the mismatch grows",
-                     where="10 · gradient-level test", number="–", short="–", short_status="untested here", row=None,
+    """The gradient-level claims (notebook 10), as claims() writes them: the pre-registered primary (SC's update
+    closer to the on-policy gradient than MIS's, a family of one) and the three secondaries (Holm among
+    themselves), each with its status under the rule (`gradient_rows`; row: the tested row, which has no "k":
+    batches, not seeds × CPU models); then the placebo and the gap against KL, descriptive (no test declared, no
+    status, row None). No cell counts."""
+    if g is None or "primary" not in g:
+        return [dict(claim="SC's gradient is closer to the on-policy gradient than MIS's", where="10 · gradient-level test",
+                     number="–", short="–", short_status="untested here", row=None,
                      status="untested here: notebook 10 has not run at full size yet (notebooks/pending.yaml)")]
     grs = gradient_rows(g) if grs is None else grs
-    primary, m, reps = _gradient_primary(g), len(grs), g["parameters"]["replicates"]
-    fam = f"notebook 10's family of {m} declared tests, one-sided in SC's favour"
+    p = g["parameters"]
     out = []
-    specs = [(c, f"SC's gradient (k = {g['parameters']['k']}) is closer to the on-policy gradient than {o}'s (MSE per update)",
-              lambda lab, c=c: lab.endswith(f" · {c}")) for c, o in GRADIENT_OTHERS]
-    specs.append(("S1", "… and SC's edge over exact IS grows with the mismatch (slope of the MSE gap against log10 KL)",
-                  lambda lab: " · S1" in lab))
-    for c, claim, match in specs:
-        cells = [r for r in grs if match(r["label"])]
-        if not cells:
-            continue
-        where = f"10 · gradient-level test, {reps} replicates; {len(cells)} {c} cells"
-        label = primary.get(c)
-        if label is not None:
-            r = next((x for x in grs if x["label"] == label), None)
-            if r is None:
-                raise ValueError(f"notebook 10's primary cell {label!r} for {c} is not among its contrasts")
-            out.append(dict(claim=claim, where=where + f"; primary cell {label}",
-                            number=f"{label}: {fmt(r['mean'], d=4)} ± {r['ci95']:.4f} (MSE relative to ‖g*‖²); "
-                                   f"one-sided p {p_text(r['p'])}, Holm p {p_text(r['p_holm'])} in {fam}",
-                            status=status_text(r, "replicates"), short=f"{fmt(r['mean'], d=3)} ± {r['ci95']:.3f} ‖g*‖²",
-                            short_status=short_status(r, "replicates"), row=r))
-            continue
-        held = [r["label"] for r in cells if r["status"] == "reproduced"]
-        against = [r["label"] for r in cells if r["status"] == "contradicted"]
-        best = min(cells, key=lambda r: r["p_holm"])
-        number = (f"no primary cell declared; in {fam}, the smallest Holm p of a {c} cell is "
-                  f"{p_text(best['p_holm'])} ({best['label']}: {fmt(best['mean'], d=4)} ± {best['ci95']:.4f})")
-        if held or against:
-            status = "; ".join(x for x in (f"**reproduced** at {', '.join(held)}" if held else "",
-                                           f"**contradicted** at {', '.join(against)}" if against else "") if x)
-            short_st = "**reproduced** in some cells" if held and not against else "mixed"
-        else:
-            status = ("not decided: notebook 10 declared no primary cell, and no cell holds after Holm over its family "
-                      "(one update's error is almost all batch noise at this size)")
-            short_st = "not decided (no primary cell; none holds)"
-        out.append(dict(claim=claim, where=where, number=number, status=status, short="no primary cell",
-                        short_status=short_st, row=None))
+    for r, (_, _, _, _, claim) in zip(grs, GRADIENT_TESTS):
+        out.append(dict(claim=claim.format(**p), where=_gradient_where(g, r), number=_gradient_number(r),
+                        status=status_text(r, "batches"), short=f"{_pct(r['rel_gap'])} ± {_pct(r['rel_ci95'], False)} of "
+                        f"MSE_{r['other']} ({r['n']} batches)", short_status=short_status(r, "batches"), row=r))
+    vals, _ = _placebo(g)
+    per = "; ".join(f"{name} (KL {P['kl']:.1e}, {P['n']} batches): " + ", ".join(
+        f"{_estimator(g, e)} {fmt(v, d=1)} ± {h:.1f}" for e, (v, h) in st.items()) for name, P, st in vals)
+    top_name, top, top_st = vals[-1]
+    out.append(dict(claim="Plain's update carries a drift that SC removes (placebo: A = 1, no signal)",
+                    where=f"10 · placebo, {len(vals) - 1} samplers and the on-policy row",
+                    number=f"‖E ĝ(A = 1)‖² / ‖g*‖², 95% jackknife over {p['groups']} groups: {per}; {_placebo_text(g)}",
+                    status="descriptive: the notebook declared no test of the placebo",
+                    short=f"at {top_name}: plain {fmt(top_st['plain'][0], d=0)} ± {top_st['plain'][1]:.0f}, SC "
+                          f"{fmt(top_st['sc'][0], d=0)} ± {top_st['sc'][1]:.0f} ‖g*‖²",
+                    short_status="descriptive", row=None))
+    cells = _gap_cells(g)
+    out.append(dict(claim="SC's edge at the gradient grows with the mismatch (relative MSE gap SC − MIS against KL)",
+                    where=f"10 · {len(cells)} cells at the start policy",
+                    number="(MSE_SC − MSE_MIS)/MSE_MIS by cell, in order of KL: " + "; ".join(
+                        f"{_cell(name)} (KL {c['kl']:.1e}, {c['n']} batches) {_pct(c['rel_gap'])} ± {_pct(c['rel_ci95'], False)}"
+                        f" (predicted {c['predicted_rel_gap'][0]:.1%} to {c['predicted_rel_gap'][1]:.1%})"
+                        for name, c in cells),
+                    status="descriptive: the notebook declared no test of the trend",
+                    short=f"{_pct(cells[0][1]['rel_gap'])} at KL {cells[0][1]['kl']:.1e} to {_pct(cells[-1][1]['rel_gap'])} "
+                          f"at KL {cells[-1][1]['kl']:.1e}",
+                    short_status="descriptive", row=None))
     return out
 
 
@@ -761,29 +834,53 @@ def severity_text(rs: list | None = None, slopes: list | None = None) -> str:
 
 
 def gradient_text(g, grs: list | None = None) -> str:
-    """The gradient section's generated part: the family, its smallest Holm p, and where SC's MSE gap comes from
-    (variance or bias²), from figures/10_gradient_test.json."""
-    if g is None:
+    """The gradient section's generated part, from figures/10_gradient_test.json: the primary and the secondaries
+    under the rule (`gradient_rows`), beside the notebook's own decision; then, descriptive, bias² and variance in
+    the primary cell, the placebo and the gap against KL."""
+    if g is None or "primary" not in g:
         return "Notebook 10 has not run at full size yet (notebooks/pending.yaml)."
     grs = gradient_rows(g) if grs is None else grs
-    res, samplers = g["results"], g["samplers"]
-    cells = [(panel, s) for panel in res for s in samplers]
-    var_ref = [res[p][f"{s} · var_ref_rel"]["value"] for p, s in cells]
-    corrected = [e for e in g["parameters"]["estimators"] if e != "plain"]
-    b_corr = max(res[p][f"{s} · {e} · bias2"]["value"] for p, s in cells for e in corrected)
-    plain_b = max((res[p][f"{s} · plain · bias2"] for p, s in cells), key=lambda v: v["value"])
-    d_mse = [res[p][f"{s} · sc · mse"]["value"] - res[p][f"{s} · is · mse"]["value"] for p, s in cells]
-    d_b2 = [res[p][f"{s} · sc · bias2"]["value"] - res[p][f"{s} · is · bias2"]["value"] for p, s in cells]
-    best = min(grs, key=lambda r: r["p_holm"])
-    return (f"**One update's error is almost all batch noise**: the on-policy estimator's own variance is "
-            f"{min(var_ref):.0f}-{max(var_ref):.0f} ‖g*‖² across the {len(cells)} cells (sampler × policy × advantage "
-            f"mode), the corrected estimators' bias² at most {b_corr:.2f} ‖g*‖², plain's up to {plain_b['value']:.0f} ± "
-            f"{plain_b['ci95']:.0f}. Tested as the rule asks (one-sided in SC's favour, Holm over notebook 10's "
-            f"{len(grs)} declared tests, {g['parameters']['replicates']} replicates), no test holds: the smallest Holm p "
-            f"is {p_text(best['p_holm'])} ({best['label']}). The notebook declared no primary cell, so each claim is "
-            f"\"not decided\" rather than read off a count of cells. **Where SC's MSE differs from exact IS's, the "
-            f"difference is variance, not bias**: over the {len(cells)} cells the bias² gap is at most "
-            f"{max(map(abs, d_b2)):.2f} ‖g*‖² in size while the MSE gap reaches {max(map(abs, d_mse)):.1f}.")
+    p, bv = g["parameters"], g["bias_variance"]
+    pr, secs = grs[0], grs[1:]
+
+    def jk(key, d=2, signed=True):
+        return f"{fmt(bv[key]['value'], signed, d)} ± {bv[key]['ci95']:.{d}f}"
+
+    # the heading says "variance, not bias" only where the bias² difference's interval is far inside the MSE gap
+    b2 = bv["Δbias2 · sc − mis"]
+    head = ("The gap is variance, not bias" if abs(b2["value"]) + b2["ci95"] < abs(pr["mean"]) / 4
+            else "Bias² and variance behind the gap")
+    text = [
+        f"**The primary contrast** ({FAMILIES[pr['family']][0]}; {p['primary_sampler']}, the starting policy, raw "
+        f"advantages, k = {p['k']}, {pr['n']} batches of the trainer's batch): MSE_SC − MSE_MIS = {fmt(pr['mean'])} ± "
+        f"{pr['ci95']:.3f} ‖g*‖² (95% t interval widened by the reference's term), a relative gap of "
+        f"**{_pct(pr['rel_gap'])} ± {_pct(pr['rel_ci95'], False)}** of MSE_MIS against a predicted "
+        f"{pr['predicted'][0]:.1%} to {pr['predicted'][1]:.1%} (2-3 × the measured KL of {pr['kl']:.4f} per token); "
+        f"{KINDS[pr['kind']]} p {p_text(pr['p'])}: {status_text(pr, 'batches')}. The notebook's own decision rule "
+        f"(two-sided, the 95% interval of the relative gap against 0 and the predicted gap) reads: {pr['decision']}.",
+        f"**The secondaries** ({FAMILIES[secs[0]['family']][0]}, Holm among themselves, one-sided in SC's favour): "
+        + "; ".join(f"{r['label']}: {_pct(r['rel_gap'])} ± {_pct(r['rel_ci95'], False)} ({r['n']} batches, KL "
+                    f"{r['kl']:.4f}), Holm p {p_text(r['p_holm'])}, {short_status(r, 'batches')}"
+                    + (f", pre-registered power {r['power']['power_2kl']:.2f} at 2 × KL" if r["power"] else "")
+                    for r in secs) + ".",
+        f"**{head}** (descriptive; the primary cell, 95% jackknife over {p['groups']} groups, "
+        f"‖g*‖² units): variance SC {jk('sc · var', signed=False)}, MIS {jk('mis · var', signed=False)}, exact IS {jk('is · var', signed=False)}; bias² SC "
+        f"{jk('sc · bias2', 3)}, MIS {jk('mis · bias2', 3)}, exact IS {jk('is · bias2', 3)}; bias² differences SC − MIS "
+        f"{jk('Δbias2 · sc − mis', 3)} and SC − IS {jk('Δbias2 · sc − is', 3)} (a standard error of 0.01 ‖g*‖² on them "
+        f"would need about {g['bias2_batches_to_resolve']['sc − mis']:.0f} and "
+        f"{g['bias2_batches_to_resolve']['sc − is']:.0f} batches). The notebook predicted that SC's bias overtakes "
+        f"MIS's extra variance only at {g['prediction']['reversal_batches'][0]:.0f}-"
+        f"{g['prediction']['reversal_batches'][1]:.0f} training batches per update.",
+        f"**The placebo** (descriptive; A = 1 on every token, so any expected update is drift; "
+        f"{p['placebo_batches']} batches per sampler): ‖E ĝ(A = 1)‖² / ‖g*‖² for plain is "
+        + ", ".join(f"{fmt(st['plain'][0], d=1)} ± {st['plain'][1]:.1f} at {name} (KL {P['kl']:.1e})"
+                    for name, P, st in _placebo(g)[0])
+        + f"; {_placebo_text(g)}.",
+        "**The gap against KL** (descriptive, SC − MIS): " + "; ".join(
+            f"{_pct(c['rel_gap'])} ± {_pct(c['rel_ci95'], False)} at {_cell(name)} (KL {c['kl']:.1e}, {c['n']} batches)"
+            for name, c in _gap_cells(g)) + ".",
+    ]
+    return "\n\n".join(text)
 
 
 def readme_note(cs: list | None = None) -> str:
@@ -806,8 +903,17 @@ def readme_note(cs: list | None = None) -> str:
             f"{st(cost)}. Score centering recovers it, SC − plain {_pm(rec)} ({per(rec)}): {st(rec)}. SC against TIS "
             f"and MIS (\"matches or beats\": non-inferiority at −{MARGIN:g}): SC − TIS {_pm(tis)}, {st(tis)}; "
             f"SC − MIS {_pm(mis)}, {st(mis)}. Under FP8 alone, the ladder's no-mismatch reference gives "
-            f"plain − bf16 {_pm(alone)}, {st(alone)}. At the gradient, one update's error is almost all batch noise at "
-            f"this size, and SC's edge over IS, where its point estimate has one, is variance, not bias (notebook 10).")
+            f"plain − bf16 {_pm(alone)}, {st(alone)}.{_readme_gradient(cs)}")
+
+
+def _readme_gradient(cs: list) -> str:
+    """The README note's sentence on notebook 10's primary, from its claim's row ('' when notebook 10 has not run)."""
+    r = next((c["row"] for c in cs if c["row"] is not None and c["row"].get("key") == "primary"), None)
+    if r is None:
+        return ""
+    return (f" At the gradient (notebook 10's pre-registered primary, {r['n']} batches), SC's one-update error "
+            f"against MIS's is (MSE_SC − MSE_MIS)/MSE_MIS = {_pct(r['rel_gap'])} ± {_pct(r['rel_ci95'], False)} "
+            f"(predicted {r['predicted'][0]:.1%} to {r['predicted'][1]:.1%}): {short_status(r, 'batches').replace('**', '')}.")
 
 
 def ladder_table() -> str:
