@@ -671,10 +671,12 @@ def _gradient_number(r) -> str:
     return s
 
 
-def _placebo(g) -> tuple:
-    """Notebook 10's placebo (A = 1): the samplers by KL, each with its {estimator: (value, ci95)} of
-    ‖E ĝ(1)‖² / ‖g*‖², and for each estimator the samplers where its 95% interval excludes 0."""
-    pl = sorted(g["placebo"].items(), key=lambda kv: kv[1]["kl"])
+def _placebo(g, key: str = "placebo") -> tuple:
+    """Notebook 10's placebo (A = 1), the pre-registered cells (key "placebo") or the post hoc ones
+    ("placebo_post_hoc": further, independent batches per sampler, added after the run): the samplers by KL, each
+    with its {estimator: (value, ci95)} of ‖E ĝ(1)‖² / ‖g*‖², and for each estimator the samplers where its 95%
+    interval excludes 0."""
+    pl = sorted(g[key].items(), key=lambda kv: kv[1]["kl"])
     vals = [(name, P, {k.split(" · ")[0]: (v["value"], v["ci95"]) for k, v in P["stats"].items() if k.endswith("A = 1")})
             for name, P in pl]
     ests = [e for e in g["estimator_labels"] if any(e in v for _, _, v in vals)]
@@ -686,8 +688,8 @@ def _estimator(g, e) -> str:
     return {"sc": "SC"}.get(e, g["estimator_labels"][e].split(" (")[0])
 
 
-def _placebo_text(g) -> str:
-    vals, excl = _placebo(g)
+def _placebo_text(g, key: str = "placebo") -> str:
+    vals, excl = _placebo(g, key)
     none = [f"{_estimator(g, e)}'s" for e, v in excl.items() if not v]
     some = [f"{_estimator(g, e)}'s at {', '.join(v)}" for e, v in excl.items() if v]
     none_ = ", ".join(none[:-1]) + f" and {none[-1]}" if len(none) > 1 else "".join(none)
@@ -726,12 +728,22 @@ def gradient_claims(g, grs: list | None = None) -> list:
     per = "; ".join(f"{name} (KL {P['kl']:.1e}, {P['n']} batches): " + ", ".join(
         f"{_estimator(g, e)} {fmt(v, d=1)} ± {h:.1f}" for e, (v, h) in st.items()) for name, P, st in vals)
     top_name, top, top_st = vals[-1]
+    short = (f"at {top_name}: plain {fmt(top_st['plain'][0], d=0)} ± {top_st['plain'][1]:.0f}, SC "
+             f"{fmt(top_st['sc'][0], d=0)} ± {top_st['sc'][1]:.0f} ‖g*‖² ({top['n']} batches)")
+    number = (f"pre-registered, ‖E ĝ(A = 1)‖² / ‖g*‖², 95% jackknife over {p['groups']} groups: {per}; "
+              f"{_placebo_text(g)}")
+    if g.get("placebo_post_hoc"):
+        ph, _ = _placebo(g, "placebo_post_hoc")
+        number += ("; post hoc (not pre-registered), further independent batches: " + "; ".join(
+            f"{name} (KL {P['kl']:.1e}, {P['n']} batches): " + ", ".join(
+                f"{_estimator(g, e)} {fmt(v, d=1)} ± {h:.1f}" for e, (v, h) in st.items()) for name, P, st in ph)
+            + f"; {_placebo_text(g, 'placebo_post_hoc')}")
+        name, P, st = ph[-1]
+        short += (f"; post hoc {P['n']} batches: plain {fmt(st['plain'][0], d=0)} ± {st['plain'][1]:.0f}, SC "
+                  f"{fmt(st['sc'][0], d=0)} ± {st['sc'][1]:.0f}")
     out.append(dict(claim="Plain's update carries a drift that SC removes (placebo: A = 1, no signal)",
-                    where=f"10 · placebo, {len(vals) - 1} samplers and the on-policy row",
-                    number=f"‖E ĝ(A = 1)‖² / ‖g*‖², 95% jackknife over {p['groups']} groups: {per}; {_placebo_text(g)}",
-                    status="descriptive: the notebook declared no test of the placebo",
-                    short=f"at {top_name}: plain {fmt(top_st['plain'][0], d=0)} ± {top_st['plain'][1]:.0f}, SC "
-                          f"{fmt(top_st['sc'][0], d=0)} ± {top_st['sc'][1]:.0f} ‖g*‖²",
+                    where=f"10 · placebo, {len(vals) - 1} samplers and the on-policy row", number=number,
+                    status="descriptive: the notebook declared no test of the placebo", short=short,
                     short_status="descriptive", row=None))
     cells = _gap_cells(g)
     out.append(dict(claim="SC's edge at the gradient grows with the mismatch (relative MSE gap SC − MIS against KL)",
@@ -875,7 +887,13 @@ def gradient_text(g, grs: list | None = None) -> str:
         f"{p['placebo_batches']} batches per sampler): ‖E ĝ(A = 1)‖² / ‖g*‖² for plain is "
         + ", ".join(f"{fmt(st['plain'][0], d=1)} ± {st['plain'][1]:.1f} at {name} (KL {P['kl']:.1e})"
                     for name, P, st in _placebo(g)[0])
-        + f"; {_placebo_text(g)}.",
+        + f"; {_placebo_text(g)}."
+        + ("" if not g.get("placebo_post_hoc") else
+           f" Post hoc (added after the pre-registered run, not part of its design), "
+           f"{p.get('placebo_more_batches', '')} further, independent batches per sampler: plain is "
+           + ", ".join(f"{fmt(st['plain'][0], d=1)} ± {st['plain'][1]:.1f} at {name} (KL {P['kl']:.1e})"
+                       for name, P, st in _placebo(g, "placebo_post_hoc")[0])
+           + f"; {_placebo_text(g, 'placebo_post_hoc')}."),
         "**The gap against KL** (descriptive, SC − MIS): " + "; ".join(
             f"{_pct(c['rel_gap'])} ± {_pct(c['rel_ci95'], False)} at {_cell(name)} (KL {c['kl']:.1e}, {c['n']} batches)"
             for name, c in _gap_cells(g)) + ".",

@@ -277,6 +277,16 @@ def test_the_gradient_claims_on_the_page_follow_the_rows(g10):
     assert all(c["status"].startswith("descriptive") for c in descriptive)
     for text in (block, verdict.README.read_text()):
         assert "no primary cell" not in text and " cells hold" not in text
+    # the placebo's reading: where plain's 95% interval excludes 0, by KL, in the pre-registered cells and (labelled
+    # post hoc) the further batches added after the run
+    placebo = next(c for c in descriptive if "placebo" in c["claim"])
+    for key in ("placebo", "placebo_post_hoc"):
+        if key not in g10:
+            continue
+        cells = sorted(g10[key].items(), key=lambda kv: kv[1]["kl"])
+        out = [name for name, P in cells if abs(P["stats"]["plain · A = 1"]["value"]) > P["stats"]["plain · A = 1"]["ci95"]]
+        assert f"the 95% interval excludes 0: plain's at {', '.join(out)};" in placebo["number"], key
+    assert ("post hoc (not pre-registered)" in placebo["number"]) == ("placebo_post_hoc" in g10)
 
 
 # ── the statements the page rests on, and the numbers written by hand ──────────────────────────────
