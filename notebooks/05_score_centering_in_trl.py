@@ -26,9 +26,9 @@
 # `vllm_importance_sampling_*` options choose the weighting $f$ of the coefficients
 # (docs/method.md, "The top-k estimator").
 #
-# **Run time**: about 5 minutes on 2 CPU cores, no GPU, one thread: two arms × 30 TRL steps of 8 prompts × 4
-# completions × 24 tokens (measured: 5 min 38 s through `scripts/run_notebooks.py` for the outputs shown here, the
-# arms 135 s and 157 s, while other jobs kept the two cores' load average at 6-8). With the default parameters it writes
+# **Run time**: about 3 minutes on 2 CPU cores, no GPU, one thread: two arms × 30 TRL steps of 8 prompts × 4
+# completions × 24 tokens, a bar over each arm's steps (measured: 2 min 31 s through `scripts/run_notebooks.py` for
+# the outputs shown here, the arms 69 s and 63 s). With the default parameters it writes
 # `runs/figures/05_score_centering_in_trl.png` and the numbers behind it (`.json`); `make reproduce` writes them to
 # `figures/` and produced the outputs shown here.
 
@@ -54,9 +54,9 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from transformers import PrinterCallback
+from transformers import PrinterCallback, TrainerCallback
 
-from scrl_min import gather_logprobs, score_centered_pg_loss, REPO_ROOT
+from scrl_min import gather_logprobs, progress_bar, score_centered_pg_loss, REPO_ROOT
 from scrl_min.trl import task_trainer
 
 fig_dir = REPO_ROOT / figures_dir
@@ -125,13 +125,31 @@ check = dict(trl_vs_reference_rel=rel_trl, centering_term_rel=rel_term, tokens=i
 # Two arms with the same seed (same prompts, same sampler noise): `plain` (`score_centering=False`: TRL's loss
 # alone) and `sc` (`score_centering=True`). TRL's advantages are group-normalized (its default
 # `scale_rewards="group"`), notebook 02's `grpo` mode. `trainer.train()` is TRL's own loop; every metric below is
-# what TRL logged to `trainer.state.log_history` (TRL prints these logs each step, silenced here).
+# what TRL logged to `trainer.state.log_history` (TRL prints these logs each step, silenced here; a bar counts the
+# steps of each arm instead).
 
 # %%
+class StepBar(TrainerCallback):
+    """A text bar over the optimizer steps of TRL's loop (`scrl_min.progress_bar`, as the other notebooks' bars)."""
+
+    def __init__(self, desc):
+        self.desc, self.bar = desc, None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.bar = progress_bar(total=state.max_steps, desc=self.desc)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.bar.update(1)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.bar.close()
+
+
 logs, seconds = {}, {}
 for arm, centering in [("plain", False), ("sc", True)]:
     tr = task_trainer(REPO_ROOT / runs_dir / arm, n_prompts=64, score_centering=centering, **config)
     tr.remove_callback(PrinterCallback)
+    tr.add_callback(StepBar(arm))
     t0 = time.time()
     tr.train()
     seconds[arm] = time.time() - t0
@@ -213,13 +231,18 @@ print(f"saved {figures_dir}/05_score_centering_in_trl.png and {figures_dir}/05_s
 # Written after the default-parameter run (one seed, 2 CPU cores; `figures/05_score_centering_in_trl.json`); the
 # numbers printed above are the source of truth for your own run.
 #
-# * **The same method.** TRL's gradient and `score_centered_pg_loss`'s agree to 5e-7 (relative); the centering term
+# * **The same method.** TRL's gradient and `score_centered_pg_loss`'s agree to 6e-7 (relative); the centering term
 #   moves the gradient of this batch by 8% of its norm. That, not the reward curve, is what this notebook proves.
 # * **Both arms learn; which one ends higher in one seed is noise.** The arms share step 1 exactly (same seed, same
 #   sampler noise) and part from step 2. At lr 0.5 either arm can fall into a low-entropy policy within 30 steps and
 #   recover or not, and which one does changes with float round-off: runs of this notebook on other CPUs and code
-#   versions have had plain ahead and SC ahead. This single-seed run is evidence for neither arm; the curves above
-#   are this run's, and the paired-seed comparisons are notebooks 02, 06 and 11.
+#   versions have had plain ahead and SC ahead. The run shown here (an AMD EPYC) ends with plain ahead, 0.56 against
+#   0.30 over the last 10 steps, SC's entropy down to 0.7 nats; the run committed before it, with the same seed on an
+#   Intel Xeon with AMX, ended the other way round (SC 0.56, plain 0.26), its first batch already different (745
+#   generated tokens, 739 here); and the code before SC's head log-probs were computed from TRL's log p(y), on this
+#   CPU, gave the same plain arm step for step but SC 0.43 (a 1e-7 relative change of step 1's gradient, another
+#   path from step 2). This single-seed run is evidence for neither arm; the curves above are this run's, and the
+#   paired-seed comparisons are notebooks 02, 06 and 11.
 # * **Why this says little about score centering.** Advantages here are group-normalized (TRL always subtracts the
 #   group mean): E_q[A] is zero at the prompt, and the drift E_q[A]·μ is small. The project's own trainer, in the
 #   first (single-seed) version of notebook 02's `grpo` setting, found plain and SC ending level (0.365, 0.367); the
@@ -228,7 +251,7 @@ print(f"saved {figures_dir}/05_score_centering_in_trl.png and {figures_dir}/05_s
 #   mean). SGD at lr 0.5 moves this 3.7M-parameter policy a lot per step in both arms (the entropy can fall
 #   below 1 nat in either arm); whether SC makes a collapse likelier would take several paired seeds (notebook 02's
 #   pattern), which this short run does not have.
-# * **The mismatch, as TRL logs it.** `sampling/mismatch_kl` starts near 0.015 (σ = 0.1 weight noise plus FP8) and
+# * **The mismatch, as TRL logs it.** `sampling/mismatch_kl` starts near 0.016 (σ = 0.1 weight noise plus FP8) and
 #   falls where the policy sharpens: a sharper policy leaves the sampler less room to differ.
 #   The head holds most of q when the policy is broad (about 80% at k = 128) and nearly all of it when it is
 #   sharp; the printed `rho_at_bound` says whether ρ ever hit its bound in this run.
