@@ -523,7 +523,7 @@ def rl_step(policy, opt, sampler, tok, prompts: list, cfg: StepConfig, generator
     prompts: B token-id lists, GRPO groups of cfg.group_size consecutive copies; cfg: a `StepConfig`;
     generator: this step's sampling seed; measure: also log the exact drift and signal (needs the
     sampler's full q, `full_logq`: the torch sampler's).
-    Returns the step's metrics (README, "Metrics"): floats, rewards in [0, 1], KL in nats per token.
+    Returns the step's metrics (docs/api.md, "Metrics"): floats, rewards in [0, 1], KL in nats per token.
     Raises ScrlError on a non-finite loss, before the optimizer step (the policy is untouched).
     """
     eos, pad = tok.eos_token_id, tok.pad_token_id
@@ -569,7 +569,7 @@ def rl_step(policy, opt, sampler, tok, prompts: list, cfg: StepConfig, generator
 
 
 def step_metrics(ro: Rollout, rewards, adv, loss, grad_norm, d: dict, mis_band) -> dict:
-    """The metrics of one step (README, "Metrics"), as floats: rewards (B,), advantages (B,), the scalar
+    """The metrics of one step (docs/api.md, "Metrics"), as floats: rewards (B,), advantages (B,), the scalar
     loss and gradient norm, the loss's diag d ((B, T) tensors), over the rollout's generated tokens."""
     m = ro.completion_mask
     lr_y = d["log_ratio"][m]  # log p − log q on sampled tokens

@@ -182,7 +182,7 @@ def _refusals(a: ScoreCenteringConfig) -> dict:
 @contextlib.contextmanager
 def _colocate_engine_kwargs(a: ScoreCenteringConfig):
     """While TRL's __init__ runs: its colocate `LLM(...)` call (vllm_generation.py:347) gets max_logprobs = k and
-    `a.vllm_engine_kwargs` on top of TRL's own arguments, and is built by vllm_engine's `_build_llm` (which undoes the RNG
+    `a.vllm_engine_kwargs` on top of TRL's own arguments, and is built by `vllm_engine._build_llm` (which undoes the RNG
     seeding and the torch.set_num_threads patch an in-process CPU engine leaves behind). Raises ScrlError before the
     engine is built if vllm_engine_kwargs caps max_logprobs below k. Does nothing unless use_vllm and colocate."""
     if not (a.use_vllm and a.vllm_mode == "colocate"):
@@ -226,8 +226,8 @@ def head_logprobs_from_sampled(logp_y: torch.Tensor, hidden: torch.Tensor, weigh
       weight:      (V, H) LM-head matrix; bias: (V,) or None
       sampled_ids: (...,) long, y_t;  head_ids: (..., k) long, the sampler's top-k ids
       temperature: T > 0, the one logp_y was computed at
-    Returns (..., k) log p at head_ids, float32 (float64 for float64 inputs). Raises ScrlError on mismatched shapes, an id outside [0, V) (naming
-    the first), or T <= 0. Models whose logits are scaled or soft-capped are refused by the trainer (this identity
+    Returns (..., k) log p at head_ids, float32 (float64 for float64 inputs). Raises ScrlError on mismatched shapes,
+    an id outside [0, V) (naming the first), or T <= 0. Models whose logits are scaled or soft-capped are refused by the trainer (this identity
     would need the same transform of z).
     """
     if temperature <= 0:
@@ -609,7 +609,8 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
         """(the reduced centering term, its diag) from the backbone's last hidden states (B, P + T, H), TRL's
         log p(y_t) (B, T) and the batch: log p at the head ids (`centering_head_logprobs`; row P − 1 + t scores
         completion token t), core's `centering_term` with the weighting of TRL's IS options, TRL's sequence ratio
-        where it has one, TRL's reduction. diag["full_softmax_rows"] (B, T) marks the rows scored over the vocabulary."""
+        where it has one, TRL's reduction. diag["full_softmax_rows"] (B, T) marks the rows scored over the
+        vocabulary."""
         P, T = inputs["prompt_ids"].shape[1], inputs["completion_ids"].shape[1]
         mask, lq = inputs["completion_mask"].bool(), inputs["sampler_head_logp"]
         kw, sequence_level = self._is_setting()
@@ -732,9 +733,9 @@ def trl_vllm_head(completion_ids: list, logprobs: list, logprob_token_ids: list,
 
 
 # --- TRL's experimental AsyncGRPOTrainer: the centering term on its packed layout ---------------------------------
-# AsyncGRPOTrainer (trl/experimental/async_grpo, trl 1.16) cannot run on CPU (README, "Score centering in TRL"): its
-# attention is a FlashAttention-3 kernel fetched from the Hub, its rollouts come from a vLLM server, its weight sync is
-# NCCL. What follows is the loss hook, ready for a subclass on a GPU and tested on CPU against TRL's own packer and
+# AsyncGRPOTrainer (trl/experimental/async_grpo, trl 1.16) cannot run on CPU (docs/trl.md, "What TRL allows on a
+# CPU"): its attention is a FlashAttention-3 kernel fetched from the Hub, its rollouts come from a vLLM server, its
+# weight sync is NCCL. What follows is the loss hook, ready for a subclass on a GPU and tested on CPU against TRL's own packer and
 # compute_loss (tests/test_trl_async.py). Its batch is one packed row per process: M loss terms, each with a position
 # in the row (token_index), the sampler's log-prob of the token (old_log_probs), a per-token advantage and a sample id.
 

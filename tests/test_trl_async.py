@@ -3,7 +3,8 @@ async_grpo_centering_term), on a synthetic batch in the trainer's own layout.
 
 The batch goes through TRL's real packer (`TreeRow`: samples of a group share their prompt in a prefix trie) and
 collator (`DataCollatorForRollout`), and TRL's real `AsyncGRPOTrainer.compute_loss` runs on it, bound to a stub that
-holds only the attributes it reads (the trainer itself cannot be built on CPU: README, "Score centering in TRL"). The
+holds only the attributes it reads (the trainer itself cannot be built on CPU: docs/trl.md, "What TRL allows on a
+CPU"). The
 policy is a bigram table, logits = E[previous token] + P[position], so a packed position gives exactly the logits it
 has in each unpacked sample (no attention needed). Tolerance ‖g − g_ref‖ ≤ 1e-5 ‖g_ref‖ (float32).
 """
