@@ -339,9 +339,9 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
     Takes GRPOTrainer's arguments with `args` a `ScoreCenteringConfig`. Batch keys it adds:
     `sampler_head_ids` (B, T, k) long and `sampler_head_logp` (B, T, k) float32 (−inf in empty slots), next
     to TRL's `sampling_per_token_logps` (B, T), the sampled token's log q. Metrics (train and eval):
-    score_centering/{loss, head_mass_q, head_mass_p, rho_mean, rho_at_bound}, sampling/mismatch_kl (k3 estimate of
-    KL(q‖p) on sampled tokens) and, with vLLM, score_centering/sync_probe_mean_abs (|Δ log p| on the probe after the
-    last weight sync). Raises ScrlError at construction for an option the centering term does not compose with (it
+    score_centering/{loss, head_mass_q, head_mass_p, rho_mean, rho_at_bound, full_softmax_rows}, sampling/mismatch_kl
+    (k3 estimate of KL(q‖p) on sampled tokens) and, with vLLM, score_centering/sync_probe_mean_abs (|Δ log p| on the
+    probe after the last weight sync). Raises ScrlError at construction for an option the centering term does not compose with (it
     names it), and for a vLLM engine that caps its log-probs below k or returns something other than log q.
     """
 
