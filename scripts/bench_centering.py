@@ -75,12 +75,17 @@ def memory_child(args) -> None:
     print(json.dumps({"base_mb": base, "peak_mb": peak, "extra_mb": peak - base}))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def shape_arguments(ap: argparse.ArgumentParser) -> None:
+    """The Qwen-like shapes both trainer-side benchmarks take: --tokens, --hidden, --vocab, --k."""
     ap.add_argument("--tokens", type=int, default=2048, help="tokens per step (N)")
     ap.add_argument("--hidden", type=int, default=1024, help="hidden size (H)")
     ap.add_argument("--vocab", type=int, default=151_936, help="vocabulary size (V)")
     ap.add_argument("--k", type=int, default=128, help="sampler head size")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    shape_arguments(ap)
     ap.add_argument("--chunk", type=int, default=512, help="rows per LM-head chunk")
     ap.add_argument("--reps", type=int, default=5, help="timed runs per arm (after one warm-up)")
     ap.add_argument("--out", default=None, help="write the results here as JSON")

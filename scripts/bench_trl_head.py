@@ -40,7 +40,7 @@ import scrl_min
 from scrl_min.trl import centering_head_logprobs
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_centering import status_mb  # noqa: E402
+from bench_centering import shape_arguments, status_mb  # noqa: E402
 
 TRL_CHUNK = 32768  # TRL's _CHUNKED_LOGPROB_CHUNK_SIZE (trl 1.16): vocabulary columns per tile
 
@@ -115,10 +115,7 @@ def memory_child(args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tokens", type=int, default=2048, help="tokens per step (N)")
-    ap.add_argument("--hidden", type=int, default=1024, help="hidden size (H)")
-    ap.add_argument("--vocab", type=int, default=151_936, help="vocabulary size (V)")
-    ap.add_argument("--k", type=int, default=128, help="sampler head size")
+    shape_arguments(ap)
     ap.add_argument("--noise", type=float, default=0.5, help="std of the sampler's logit noise (nats)")
     ap.add_argument("--reps", type=int, default=6, help="timed reps per arm (after one warm-up)")
     ap.add_argument("--arms", default="trl,trl_sc,sc_only",
