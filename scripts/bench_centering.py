@@ -83,6 +83,27 @@ def shape_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--k", type=int, default=128, help="sampler head size")
 
 
+def peak_memory_children(script: str, arms, args, *extra: str) -> dict:
+    """{arm: the peak-RSS JSON its --memory-child run of `script` prints}, each arm in a fresh process, with the shape
+    options of `args` and `extra` command-line arguments passed on."""
+    memory = {}
+    for arm in arms:
+        shape = ["--tokens", str(args.tokens), "--hidden", str(args.hidden), "--vocab", str(args.vocab),
+                 "--k", str(args.k)]
+        r = subprocess.run([sys.executable, script, "--memory-child", arm, *shape, *extra],
+                           capture_output=True, text=True, check=True)
+        memory[arm] = json.loads(r.stdout.strip().splitlines()[-1])
+    return memory
+
+
+def report(result: dict, out) -> None:
+    """Print the results as JSON and, when `out` is set, write them there."""
+    print(json.dumps(result, indent=1))
+    if out:
+        with open(out, "w") as f:
+            json.dump(result, f, indent=1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     shape_arguments(ap)
@@ -111,21 +132,13 @@ def main() -> None:
     med = {arm: statistics.median(ts) for arm, ts in times.items()}
     # each rep runs the two arms back to back: the median of per-rep ratios cancels slow drifts
     paired = statistics.median(c / p for c, p in zip(times["centering"], times["plain"]))
-    memory = {}
-    for arm in times:
-        r = subprocess.run([sys.executable, __file__, "--memory-child", arm, "--tokens", str(args.tokens),
-                            "--hidden", str(args.hidden), "--vocab", str(args.vocab), "--k", str(args.k),
-                            "--chunk", str(args.chunk)], capture_output=True, text=True, check=True)
-        memory[arm] = json.loads(r.stdout.strip().splitlines()[-1])
+    memory = peak_memory_children(__file__, times, args, "--chunk", str(args.chunk))
     result = dict(shape=shape, threads=torch.get_num_threads(), cpu=platform.processor() or platform.machine(),
                   times_s=times, median_s=med, ratio_centering_over_plain=med["centering"] / med["plain"],
                   paired_ratio_median=paired,
                   peak_memory_mb=memory,
                   first_principles_extra_work=f"k/V = {args.k / args.vocab:.2e} of the softmax gathers")
-    print(json.dumps(result, indent=1))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+    report(result, args.out)
 
 
 if __name__ == "__main__":

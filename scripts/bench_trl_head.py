@@ -28,7 +28,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from contextlib import nullcontext
@@ -40,7 +39,7 @@ import scrl_min
 from scrl_min.trl import centering_head_logprobs
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_centering import shape_arguments, status_mb  # noqa: E402
+from bench_centering import peak_memory_children, report, shape_arguments, status_mb  # noqa: E402
 
 TRL_CHUNK = 32768  # TRL's _CHUNKED_LOGPROB_CHUNK_SIZE (trl 1.16): vocabulary columns per tile
 
@@ -151,12 +150,8 @@ def main() -> None:
             print(f"  rep {rep} {arm:10s} {dt:7.2f} s", flush=True)
     med = {a: statistics.median(ts) for a, ts in times.items()}
     paired = {a: statistics.median(x / y for x, y in zip(times[a], times["trl"])) for a in arms[1:]}
-    memory = {}
-    for arm in (a for a in arms if a != "sc_only"):  # sc_only's stand-in ∂W is not the step's memory
-        r = subprocess.run([sys.executable, __file__, "--memory-child", arm, "--tokens", str(args.tokens),
-                            "--hidden", str(args.hidden), "--vocab", str(args.vocab), "--k", str(args.k),
-                            "--noise", str(args.noise)], capture_output=True, text=True, check=True)
-        memory[arm] = json.loads(r.stdout.strip().splitlines()[-1])
+    # sc_only's stand-in ∂W is not the step's memory
+    memory = peak_memory_children(__file__, [a for a in arms if a != "sc_only"], args, "--noise", str(args.noise))
     import trl
     result = dict(shape=shape, threads=torch.get_num_threads(), torch=torch.__version__, trl=trl.__version__,
                   cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
@@ -166,10 +161,7 @@ def main() -> None:
                   paired_ratio_over_trl={a: round(r, 4) for a, r in paired.items()},
                   full_softmax_rows=dict(per_step=full_rows[-1] if full_rows else None, tokens=args.tokens),
                   peak_memory_mb=memory)
-    print(json.dumps(result, indent=1))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+    report(result, args.out)
 
 
 if __name__ == "__main__":
