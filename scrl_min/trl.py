@@ -85,6 +85,7 @@ from . import (DEFAULT_MODEL_PATH, PROBE_TOL, Rollout, RolloutError, ScrlError, 
                centering_coefficients, centering_term, distinct_names_reward, lm_head_logprobs, load_policy,
                make_task_dataset, reduce_loss,
                validate_rollout)
+from .logprobs import _check_ids  # noqa: E402
 from .vllm_engine import PROBE_TEXT, check_probe, probe_stats  # noqa: E402
 
 # TRL's PPO-clip loss family: with one optimizer step per generation its policy-gradient term per token is
@@ -227,8 +228,8 @@ def head_logprobs_from_sampled(logp_y: torch.Tensor, hidden: torch.Tensor, weigh
       sampled_ids: (...,) long, y_t;  head_ids: (..., k) long, the sampler's top-k ids
       temperature: T > 0, the one logp_y was computed at
     Returns (..., k) log p at head_ids, float32 (float64 for float64 inputs). Raises ScrlError on mismatched shapes,
-    an id outside [0, V) (naming the first), or T <= 0. Models whose logits are scaled or soft-capped are refused by the trainer (this identity
-    would need the same transform of z).
+    an id outside [0, V) (naming its index), or T <= 0. Models whose logits are scaled or soft-capped are refused by
+    the trainer (this identity would need the same transform of z).
     """
     if temperature <= 0:
         raise ScrlError(f"temperature must be > 0, got {temperature}")
@@ -238,11 +239,9 @@ def head_logprobs_from_sampled(logp_y: torch.Tensor, hidden: torch.Tensor, weigh
         raise ScrlError(f"shapes do not match: logp_y {tuple(logp_y.shape)}, hidden {tuple(hidden.shape)}, sampled_ids "
                         f"{lead}, head_ids {tuple(head_ids.shape)}, weight {tuple(weight.shape)}; expected (...), "
                         f"(..., H), (...), (..., k), (V, H)")
+    _check_ids(sampled_ids, weight.shape[0])
+    _check_ids(head_ids, weight.shape[0])
     ids = torch.cat([sampled_ids[..., None], head_ids], dim=-1).reshape(-1, k + 1)  # (N, 1 + k): y first
-    V = weight.shape[0]
-    if ids.numel() and (ids.min() < 0 or ids.max() >= V):
-        n = int(((ids < 0) | (ids >= V)).any(-1).nonzero()[0])
-        raise ScrlError(f"id outside the vocabulary [0, {V}) at token {n} (flattened): ids {ids[n].tolist()[:8]}...")
     with torch.autocast(hidden.device.type, enabled=False):
         gap = _HeadLogitGap.apply(hidden.reshape(-1, H), weight, ids, 1.0 / temperature)  # (N, k)
         if bias is not None:

@@ -62,7 +62,7 @@ def test_head_logprobs_from_sampled_refuses_bad_input():
         head_logprobs_from_sampled(torch.zeros(2, 4), h, W, y, ids)
     bad = ids.clone()
     bad[1, 2, 3] = 10
-    with pytest.raises(scrl_min.ScrlError, match=r"outside the vocabulary \[0, 10\) at token 5"):
+    with pytest.raises(scrl_min.ScrlError, match=r"outside the vocabulary \[0, 10\) at index \[1, 2, 3\]"):
         head_logprobs_from_sampled(torch.zeros(2, 3), h, W, y, bad)
     with pytest.raises(scrl_min.ScrlError, match="temperature"):
         head_logprobs_from_sampled(torch.zeros(2, 3), h, W, y, ids, 0.0)
