@@ -27,7 +27,8 @@
 # notebook 02's measured 64 s per run: about 2.8 hours on 2 CPU cores with AVX-512/AMX, about 4.5 hours on a CPU
 # without them (102 s per run), no GPU. Resumable (one folder per run configuration); a bar counts the runs.
 # The power computation and the step-size measurement take about a minute. With the default parameters it
-# writes `runs/figures/13_*`; `make reproduce-full` writes `figures/`.
+# writes `runs/figures/13_*`; `make reproduce-full` writes `figures/` and keeps the runs in `results/13_confirmatory/`
+# (the amendment below).
 
 # %% [markdown]
 # ## Pre-registration: written and committed before any run of this notebook
@@ -135,6 +136,22 @@
 # * Family B: B1 and B2 *reproduced*, with a smaller cost than at lr 0.5 (at lr 0.25 notebook 09's plain runs,
 #   with signed rewards, still collapsed in 2 of 4); B3 *not decided*; B4 *non-inferior* or *not decided*.
 
+# %% [markdown]
+# ### Amendment, written 2026-12-03 (second session), before any run of either family had finished
+#
+# The 316 runs take longer than one working session of the 2-core machines this project runs on, and the machine
+# (and its CPU model) can change between sessions. So: **where the runs are kept**: `make reproduce-full` trains
+# into `results/13_confirmatory/` (one folder per run, committed without checkpoints: `config.json`,
+# `metrics.jsonl`, `sampler.json`, `machine.json`); a finished run is read back, never retrained. Only seeds whose
+# every run (both families) finished are committed, so **each seed's runs come from one machine**. **Pooling over
+# CPU models**, as `docs/verdict.md` rules: every test above pools all seeds (a seed is one unit; nothing changes
+# in the hypotheses, the metrics, the margins or Holm). Where the seeds ran on more than one CPU kind
+# (`machine.json`: AMX, AVX-512 or AVX2), each row also reports the per-kind mean ± 95% and a heterogeneity test
+# (Welch's two-sample t on the per-seed differences for two kinds, one-way ANOVA for more; kinds with fewer than 2
+# seeds left out), flagged "CPU kinds differ" when p < 0.05; the flag never changes a status. A seed whose runs
+# span machines (none is expected) is named in the output, kept in the pooled tests, and left out of the
+# heterogeneity test.
+
 # %% tags=["parameters"]
 # Parameters (papermill replaces this cell; CI shrinks it through notebooks/ci_parameters.yaml)
 model = "default"  # policy: "default" (embedded tiny Qwen3) or a local checkpoint path / HF model id
@@ -173,6 +190,7 @@ import dataclasses
 import json
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import matplotlib.pyplot as plt
@@ -527,6 +545,47 @@ jobs = {("A", arm, s): job(arm, s, lr) for s in seeds for arm in all_arms}
 jobs |= {("B", arm, s): job(arm, s, gentle_lr) for s in gentle_seeds for arm in gentle_arms}
 results = run_grid(jobs, workers=workers)
 
+
+def seed_machines(family: str, names: list, family_seeds: list) -> dict:
+    """{seed: CPU kind} of one family: the `isa` of the machine.json of every run of the seed (the amendment above);
+    "mixed" for a seed whose runs ran on more than one kind, "unknown" where no run recorded one."""
+    kinds = {}
+    for s in family_seeds:
+        isas = set()
+        for a in names:
+            path = Path(jobs[(family, a, s)].out_dir) / "machine.json"
+            isas |= {m["isa"] for m in json.loads(path.read_text())} if path.exists() else {"unknown"}
+        kinds[s] = isas.pop() if len(isas) == 1 else "mixed"
+    return kinds
+
+
+def add_heterogeneity(rows: list, values: dict, hypotheses: list, kinds: dict, family_seeds: list) -> None:
+    """Per row, the per-CPU-kind mean ± 95% (`per_cpu`) and, with 2 or more kinds of at least 2 seeds each, the
+    heterogeneity p (`het_p`: Welch's t for two kinds, one-way ANOVA for more) of the per-seed differences."""
+    groups = {}
+    for i, s in enumerate(family_seeds):
+        if kinds[s] not in ("mixed", "unknown"):
+            groups.setdefault(kinds[s], []).append(i)
+    for r, (a, b, _) in zip(rows, hypotheses):
+        d = np.asarray(values[a], float) - np.asarray(values[b], float)
+        parts = {k: d[idx] for k, idx in groups.items() if len(idx) >= 2}
+        r["per_cpu"] = {k: dict(seeds=len(v), mean=float(mean_ci95(v)[0]), ci95=float(mean_ci95(v)[1]))
+                        for k, v in parts.items()}
+        r["het_p"] = (None if len(parts) < 2 else float(stats.ttest_ind(*parts.values(), equal_var=False).pvalue)
+                      if len(parts) == 2 else float(stats.f_oneway(*parts.values()).pvalue))
+
+
+def print_heterogeneity(title: str, rows: list, kinds: dict) -> None:
+    """The CPU kinds a family's seeds ran on and, when there are two or more, each row's per-kind means."""
+    count = {k: list(kinds.values()).count(k) for k in sorted(set(kinds.values()))}
+    print(f"{title}: seeds per CPU kind {count}" + (f"; seeds whose runs span machines: "
+          f"{[s for s, k in kinds.items() if k == 'mixed']}" if "mixed" in count else ""))
+    for r in rows:
+        if r["het_p"] is not None:
+            print(f"  {r['name']:16s} " + "; ".join(f"{k} {v['mean']:+.3f} ± {v['ci95']:.3f} ({v['seeds']})"
+                                                   for k, v in r["per_cpu"].items())
+                  + f"; heterogeneity p {p_text(r['het_p'])}" + (" · CPU kinds differ" if r["het_p"] < 0.05 else ""))
+
 # %% [markdown]
 # ## The tests
 #
@@ -666,8 +725,12 @@ families_a = {"primary (AUC)": test_family(out_a["auc"], family_a),
               "secondary (final clean reward)": test_family(out_a["final"], family_a)}
 if exploratory:
     families_a["exploratory (AUC)"] = test_family(out_a["auc"], exploratory)
+kinds_a = seed_machines("A", all_arms, seeds)
 for title, rows in families_a.items():
     print_family(f"family A, {title}: Holm over {len(rows)}", rows)
+for (title, rows), hyps in zip(families_a.items(), (family_a, family_a, exploratory)):
+    add_heterogeneity(rows, out_a["auc" if "AUC" in title else "final"], hyps, kinds_a, seeds)
+    print_heterogeneity(f"family A, {title}", rows, kinds_a)
 collapse_a = collapse_family(out_a["collapsed"], COLLAPSE_PAIRS)
 print("\ncollapse, exact McNemar (two-sided), Holm over the pairs")
 for name, t in collapse_a.items():
@@ -753,7 +816,7 @@ run_seconds = {f"{f}/{a}/{s}": sum(r["seconds"] for r in recs) for (f, a, s), re
     {"parameters": params, "hypotheses": [list(h) for h in family_a], "exploratory": [list(h) for h in exploratory],
      "per_arm": per_arm_a, "families": families_a, "collapse_tests": collapse_a,
      "without_collapse_auc": no_collapse_a, "curves": curves_a, "power": power,
-     "run_seconds": run_seconds}, indent=1))
+     "run_seconds": run_seconds, "cpu_kind_per_seed": {str(k): v for k, v in kinds_a.items()}}, indent=1))
 print(f"saved {figures_dir}/13_confirmatory.png and .json")
 
 # %% [markdown]
@@ -772,8 +835,11 @@ for arm, v in per_arm_b.items():
     print(f"{arm:8s} AUC {v['auc_mean']:.3f} ± {v['auc_ci95']:.3f}; collapsed {v['collapsed']}/{len(gentle_seeds)}")
 families_b = {"primary (AUC)": test_family(out_b["auc"], family_b),
               "secondary (final clean reward)": test_family(out_b["final"], family_b)}
+kinds_b = seed_machines("B", gentle_arms, gentle_seeds)
 for title, rows in families_b.items():
     print_family(f"family B (lr {gentle_lr:g}), {title}: Holm over {len(rows)}", rows)
+    add_heterogeneity(rows, out_b["auc" if "AUC" in title else "final"], family_b, kinds_b, gentle_seeds)
+    print_heterogeneity(f"family B, {title}", rows, kinds_b)
 collapse_b = collapse_family(out_b["collapsed"], COLLAPSE_PAIRS)
 print("\ncollapse, exact McNemar (two-sided), Holm over the pairs")
 for name, t in collapse_b.items():
@@ -819,7 +885,8 @@ plt.show()
 (fig_dir / "13_gentle_optimizer.json").write_text(json.dumps(
     {"parameters": params, "hypotheses": [list(h) for h in family_b], "per_arm": per_arm_b, "families": families_b,
      "collapse_tests": collapse_b, "without_collapse_auc": without_collapse(out_b["auc"], out_b["collapsed"], family_b),
-     "by_lr": by_lr, "curves": curves_b, "step_size": probe_out}, indent=1))
+     "by_lr": by_lr, "curves": curves_b, "step_size": probe_out,
+     "cpu_kind_per_seed": {str(k): v for k, v in kinds_b.items()}}, indent=1))
 print(f"saved {figures_dir}/13_gentle_optimizer.png and .json")
 
 # %% [markdown]

@@ -21,8 +21,8 @@ from typing import Optional
 
 import torch
 
-from .core import (ADVANTAGE_MODES, DEFAULT_MODEL_PATH, LEVELS, MIS_BAND, TIS_CAP, WEIGHTING, WEIGHTINGS, ScrlError,
-                   StepConfig, encode_prompt, make_task_dataset, rl_step, task_rewards)
+from .core import (ADVANTAGE_MODES, DEFAULT_MODEL_PATH, LEVELS, MIS_BAND, REPO_ROOT, TIS_CAP, WEIGHTING, WEIGHTINGS,
+                   ScrlError, StepConfig, encode_prompt, make_task_dataset, rl_step, task_rewards)
 from .formats import FP8_BACKEND, FP8_BACKENDS, KV_CACHES, PRECISIONS
 from .torch_sampler import TorchSampler
 from .vllm_engine import VLLM_PRECISIONS, VLLMSampler, vllm_precision_for
@@ -152,6 +152,17 @@ def arm_config(arm: str, **fields) -> TrainConfig:
     return TrainConfig(**{**ARMS[arm], **fields})
 
 
+def model_key(model: str) -> str:
+    """The model as config_id and run folders compare it: a path inside the checkout relative to its root
+    (the embedded default is "models/qwen3-tiny-code" wherever the repository is cloned), anything else
+    (a path elsewhere, an HF model id) as given."""
+    path = Path(model)
+    if path.is_absolute():
+        with contextlib.suppress(ValueError):
+            return path.resolve().relative_to(REPO_ROOT.resolve()).as_posix()
+    return model
+
+
 def config_id(cfg: TrainConfig) -> str:
     """Eight hex digits naming a run's results: a hash of every field except `RUN_BOOKKEEPING` (and
     the `HASHED_UNLESS_DEFAULT` fields at their default). Two configs with the same id make the same
@@ -162,6 +173,7 @@ def config_id(cfg: TrainConfig) -> str:
     default = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     d = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in RUN_BOOKKEEPING
          and not (k in HASHED_UNLESS_DEFAULT and v == default[k])}
+    d["model"] = model_key(d["model"])
     d["trainer_version"] = TRAINER_VERSION
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:8]
 
@@ -206,7 +218,8 @@ def read_metrics(path) -> list:
 class RunFolder:
     """A run's folder: config.json (the run's TrainConfig), metrics.jsonl (one line per step, written as
     it happens), checkpoint.pt (the state at the last checkpoint, written atomically), run.lock (the
-    process training into it) and sampler.json (the sampler's numerics)."""
+    process training into it), sampler.json (the sampler's numerics) and machine.json (the CPUs it ran
+    on). A finished run needs only config.json and metrics.jsonl to be read back."""
 
     def __init__(self, out_dir):
         self.path = Path(out_dir)
@@ -239,10 +252,7 @@ class RunFolder:
         cfg_path, ckpt = self.path / "config.json", self.path / "checkpoint.pt"
         state = None
         if ckpt.exists():
-            saved = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
-            default = json.loads(json.dumps(dataclasses.asdict(TrainConfig())))
-            diff = {k: (saved.get(k, default[k]), v) for k, v in mine.items()
-                    if k not in RUN_BOOKKEEPING and saved.get(k, default[k]) != v}
+            diff = self.config_diff(cfg)
             if diff:
                 raise ScrlError(f"{self.path} holds a run with a different config {diff}; "
                                 f"use another out_dir or delete it")
@@ -253,6 +263,37 @@ class RunFolder:
             self.metrics_path.unlink(missing_ok=True)
         cfg_path.write_text(json.dumps(mine, indent=1))
         return state
+
+    def config_diff(self, cfg: "TrainConfig") -> dict:
+        """{field: (saved, cfg's)} for every field that changes results and differs between the folder's
+        config.json and `cfg` (a field newer than the saved run counts as its default); {} when they
+        agree or the folder holds no config.json."""
+        cfg_path = self.path / "config.json"
+        saved = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
+        default = json.loads(json.dumps(dataclasses.asdict(TrainConfig())))
+        mine = json.loads(json.dumps(dataclasses.asdict(cfg)))
+        same = lambda k, a, b: model_key(a) == model_key(b) if k == "model" else a == b  # noqa: E731
+        return {k: (saved.get(k, default[k]), v) for k, v in mine.items()
+                if k not in RUN_BOOKKEEPING and not same(k, saved.get(k, default[k]), v)}
+
+    def finished(self, cfg: "TrainConfig") -> Optional[list]:
+        """The step records of a finished run of `cfg`, else None. Finished: config.json holds `cfg`
+        (`config_diff` empty) and metrics.jsonl has steps 0, 1, ..., cfg.steps − 1. No checkpoint is
+        needed, so a folder committed with only config.json and metrics.jsonl (results kept across
+        machines) is read back instead of trained again."""
+        if not (self.path / "config.json").exists() or self.config_diff(cfg):
+            return None
+        recs = self.records()
+        return recs if [r["step"] for r in recs] == list(range(cfg.steps)) else None
+
+    def record_machine(self) -> None:
+        """Add this machine's CPU to machine.json (a list: a run resumed elsewhere lists every CPU it
+        ran on). Per-run numbers hold on one CPU model only (float round-off in the sampler flips sampled
+        tokens), so an analysis that pools machines can group runs by it."""
+        path, cpu = self.path / "machine.json", cpu_record()
+        seen = json.loads(path.read_text()) if path.exists() else []
+        if cpu not in seen:
+            path.write_text(json.dumps(seen + [cpu], indent=1))
 
     @contextlib.contextmanager
     def lock(self):
@@ -283,6 +324,24 @@ class RunFolder:
             yield
         finally:
             lock.unlink(missing_ok=True)
+
+
+def cpu_record() -> dict:
+    """This machine's CPU: {"model": its model name, "isa": "amx" | "avx512" | "avx2" | "other" (the widest
+    vector extension its flags list), "torch": torch's version}. Linux's /proc/cpuinfo; elsewhere the
+    model is platform.processor() and the isa "other"."""
+    import platform
+
+    model, flags = platform.processor() or "unknown", set()
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+        model = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), model)
+        flags = set(next((l.split(":", 1)[1].split() for l in info.splitlines() if l.startswith("flags")), []))
+    except OSError:
+        pass
+    isa = ("amx" if "amx_tile" in flags else "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags
+           else "other")
+    return dict(model=model, isa=isa, torch=torch.__version__)
 
 
 def make_sampler(cfg: "TrainConfig", model_config, k: int):
@@ -402,6 +461,7 @@ class Trainer:
         """Run (or resume) to cfg.steps; append one JSON line per step; return all step records."""
         with self.run.lock():
             self.resume()
+            self.run.record_machine()
             (self.run.path / "sampler.json").write_text(json.dumps(self.sampler.settings, indent=1))
             bar = progress_bar(total=self.cfg.steps, initial=self.step, desc=self.run.path.name,
                                disable=not self.cfg.progress, leave=False)
@@ -432,8 +492,10 @@ def progress_bar(iterable=None, **kw):
 
 
 def train(cfg: TrainConfig) -> list:
-    """Run or resume one RL run described by `cfg`; returns its per-step metric records."""
-    return Trainer(cfg).train()
+    """Run or resume one RL run described by `cfg`; returns its per-step metric records. A finished run
+    (`RunFolder.finished`) is read back without loading the model."""
+    done = RunFolder(cfg.out_dir).finished(cfg)
+    return done if done is not None else Trainer(cfg).train()
 
 
 def _train_one_thread(cfg: TrainConfig) -> list:

@@ -3,6 +3,7 @@
 Checks compare against independent computations: float64 dequantized matmuls, a teacher-forced
 full-vocabulary forward of the same weights, a second uninterrupted run.
 """
+import dataclasses
 import json
 
 import pytest
@@ -368,6 +369,29 @@ def test_run_folders_per_configuration_never_block_a_later_run(tmp_path):
     combo = scrl_min.arm_config("tis", centering=True)
     assert (combo.weighting, combo.centering, combo.sampler_precision) == ("tis", True, "fp8")
     assert scrl_min.arm_config("bf16").noise_std == 0.0 and scrl_min.arm_config("bf16", noise_std=0.1).noise_std == 0.1
+
+
+def test_a_finished_run_is_read_back_from_its_records_alone(tmp_path, monkeypatch):
+    """Results committed without checkpoints (config.json + metrics.jsonl) are read back by `train`
+    without loading the model; a different config, or too few steps, is not taken for a finished run."""
+    import scrl_min.driver as driver
+
+    cfg = scrl_min.arm_config("sc", steps=2, out_dir=str(tmp_path), **SMALL)
+    recs = scrl_min.train(cfg)
+    machines = json.loads((tmp_path / "machine.json").read_text())
+    assert machines == [driver.cpu_record()] and machines[0]["isa"] in ("amx", "avx512", "avx2", "other")
+    (tmp_path / "checkpoint.pt").unlink()
+
+    def no_model(*a, **k):
+        raise AssertionError("a finished run loaded the model")
+
+    monkeypatch.setattr(driver, "load_policy", no_model)
+    assert scrl_min.train(cfg) == recs
+    assert driver.RunFolder(tmp_path).finished(dataclasses.replace(cfg, steps=3)) is None
+    assert driver.RunFolder(tmp_path).finished(dataclasses.replace(cfg, lr=0.25)) is None
+    assert driver.RunFolder(tmp_path).config_diff(dataclasses.replace(cfg, lr=0.25)) == {"lr": (cfg.lr, 0.25)}
+    with pytest.raises(AssertionError, match="loaded the model"):  # not finished: it would train
+        scrl_min.train(dataclasses.replace(cfg, steps=3))
 
 
 # ─── shared prompts: one prefill per distinct prompt, in the sampler and in the trainer ─────────────

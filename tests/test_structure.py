@@ -3,6 +3,7 @@ statistics), `__all__` is what the notebooks and scripts use, a new TrainConfig 
 folder unnoticed, and the embedded model's path can be overridden from outside a checkout."""
 import ast
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -122,6 +123,23 @@ def test_config_ids_of_the_arms_are_unchanged():
     assert TRAINER_VERSION == 2 and ids == ARM_IDS, (
         f"config ids changed: {ids}; every cached run folder would be orphaned. If that is intended, bump "
         f"TRAINER_VERSION and update ARM_IDS here; if not, see test_config_id_hashes_the_fields_decided_on")
+
+
+def test_run_folder_names_do_not_depend_on_where_the_checkout_is(tmp_path):
+    """The embedded model's absolute path (wherever the repository is cloned) names the same run folder as its
+    relative path, so runs committed from one clone are found by another; a model outside the checkout keeps its
+    own path. A saved config.json naming the model by another clone's absolute path is the same config."""
+    from scrl_min.driver import RunFolder, model_key
+
+    default = scrl_min.arm_config("sc", model=str(scrl_min.DEFAULT_MODEL_PATH))
+    relative = scrl_min.arm_config("sc", model="models/qwen3-tiny-code")
+    assert scrl_min.config_id(default) == scrl_min.config_id(relative) == ARM_IDS["sc"]
+    assert model_key(str(tmp_path / "ckpt")) == str(tmp_path / "ckpt")
+    assert scrl_min.config_id(scrl_min.arm_config("sc", model=str(tmp_path / "ckpt"))) != ARM_IDS["sc"]
+    saved = json.loads(json.dumps(dataclasses.asdict(relative)))
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert RunFolder(tmp_path).config_diff(default) == {}
+    assert "model" in RunFolder(tmp_path).config_diff(scrl_min.arm_config("sc", model=str(tmp_path / "ckpt")))
 
 
 def test_model_path_follows_the_environment_variable(tmp_path):
