@@ -504,6 +504,7 @@ class StepConfig:
     mis_band: tuple = MIS_BAND  # [lo, hi] of MIS / IcePop
     weight_level: str = "token"  # token: f(r) per token · sequence: one GSPO-style f(s_i) per sequence
     max_grad_norm: float = 0.0  # clip the global gradient norm here; 0: no clipping
+    constant_reward: Optional[float] = None  # every completion earns this (no signal, pure drift); None: the verifier
 
 
 def task_rewards(tok, ro: Rollout, target: int) -> torch.Tensor:
@@ -532,8 +533,11 @@ def rl_step(policy, opt, sampler, tok, prompts: list, cfg: StepConfig, generator
         ro = sampler.generate(prompts, cfg.max_new_tokens, eos, pad, generator=generator, full_logq=True)
     else:
         ro = sampler.generate(prompts, cfg.max_new_tokens, eos, pad, generator=generator)
-    # 2. rewards from the verifier
-    rewards = task_rewards(tok, ro, cfg.names_target)  # (B,)
+    # 2. rewards from the verifier, or one constant reward for all: Cov_q(A, s) = 0, plain's update is E_q[A]·μ
+    if cfg.constant_reward is None:
+        rewards = task_rewards(tok, ro, cfg.names_target)  # (B,)
+    else:
+        rewards = torch.full((len(ro.completion_ids),), float(cfg.constant_reward))  # (B,)
     # 3. advantages per mode
     adv = compute_advantages(rewards, cfg.group_size, cfg.advantage_mode)  # (B,)
     # 4. trainer log-probs at the sampling temperature

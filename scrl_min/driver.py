@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -58,6 +59,8 @@ class TrainConfig:
     group_size: int = arg(4, "G: completions per prompt (a GRPO group)")
     max_new_tokens: int = arg(24, "completion length budget, tokens")
     names_target: int = arg(12, "distinct Python names in a completion that earn the full reward 1.0")
+    constant_reward: Optional[float] = arg(None, "every completion earns this reward (a length-neutral task: no "
+                                                 "signal, plain is pure drift); None = the verifier's reward")
     temperature: float = arg(1.0, "sampling temperature; the trainer divides its logits by the same")
     k: Optional[int] = arg(None, "head size: top-k log-probs the sampler returns per token; None = min(128, V)")
     # --- the sampler and its mismatch with the trainer
@@ -109,6 +112,8 @@ class TrainConfig:
         if self.sampler == "vllm" and self.kv_cache != "auto":
             raise ScrlError(f"kv_cache={self.kv_cache!r} is the torch sampler's; vLLM's FP8 KV cache is "
                             f"vllm_precision='fp8_kv'")
+        if self.constant_reward is not None and not math.isfinite(self.constant_reward):
+            raise ScrlError(f"constant_reward must be a finite number (or None), got {self.constant_reward}")
         if len(self.mis_band) != 2 or not 0 <= self.mis_band[0] <= self.mis_band[1]:
             raise ScrlError(f"mis_band must be [lo, hi] with 0 <= lo <= hi, got {self.mis_band}")
 
@@ -133,7 +138,7 @@ ARMS = {
 RUN_BOOKKEEPING = ("steps", "progress", "out_dir", "checkpoint_every")
 # Fields added after runs were named: left out of config_id while they hold their default, so every
 # config that existed before them keeps its id (and its run folder resumes).
-HASHED_UNLESS_DEFAULT = ("kv_cache",)
+HASHED_UNLESS_DEFAULT = ("kv_cache", "constant_reward")
 # Bumped when the trainer makes different runs from the same config (v2: paired random streams and
 # held-out prompts), so that config_id names new folders and an old run is never resumed as a new one.
 TRAINER_VERSION = 2
@@ -572,8 +577,8 @@ def main(argv=None) -> None:
             kw["type"] = _parse_bool
         elif f.name == "mis_band":
             kw.update(type=float, nargs=2)
-        elif f.name == "k":
-            kw["type"] = int
+        elif f.type in ("Optional[int]", "Optional[float]"):  # k, constant_reward: None unless a number is given
+            kw["type"] = int if f.type == "Optional[int]" else float
         else:
             kw["type"] = type(f.default)
         ap.add_argument(f"--{f.name}", **kw)

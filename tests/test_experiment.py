@@ -140,6 +140,36 @@ def test_clean_evaluation_on_held_out_prompts(tmp_path):
         Trainer(scrl_min.arm_config("sc", out_dir=str(tmp_path / "c"), **{**SMALL, "eval_every": -1}))
 
 
+def test_constant_reward_leaves_only_the_drift(tmp_path):
+    """constant_reward: every completion earns exactly that reward, whatever it is. Raw advantages are then that
+    constant (E_q[A] with no signal: plain's update is the drift alone, and it moves the policy); group-centred ones
+    are exactly 0, so nothing moves. The clean evaluation keeps the verifier's reward. The field is hashed only away
+    from its default (every earlier run keeps its folder)."""
+    small = {**SMALL, "steps": 2, "eval_every": 2}
+    runs = {}
+    for mode, reward in (("raw", 0.15), ("centered", 0.25)):  # 0.25: its group mean is exact in float32
+        tr = Trainer(scrl_min.arm_config("plain", out_dir=str(tmp_path / mode), advantage_mode=mode,
+                                         constant_reward=reward, **small))
+        before = {k: v.clone() for k, v in tr.policy.state_dict().items()}
+        recs = tr.train()
+        moved = sum(not torch.equal(before[k], v) for k, v in tr.policy.state_dict().items())
+        runs[mode] = recs, moved
+        assert all(r["reward"] == pytest.approx(reward, abs=1e-7) and r["reward_std"] < 1e-7 for r in recs)
+    (raw, raw_moved), (centered, centered_moved) = runs["raw"], runs["centered"]
+    assert all(r["adv_mean"] == pytest.approx(0.15, abs=1e-7) and r["drift_norm"] > 0 for r in raw)
+    assert raw_moved > 10 and all(r["grad_norm"] > 0 for r in raw)  # pure drift still moves the policy
+    assert all(r["adv_mean"] == 0 and r["grad_norm"] == 0 and r["loss"] == 0 for r in centered)
+    assert centered_moved == 0
+    verifier = Trainer(scrl_min.arm_config("plain", out_dir=str(tmp_path / "verifier"), **small)).train()
+    assert verifier[0]["reward"] != pytest.approx(0.15, abs=1e-7) or verifier[0]["reward_std"] > 0
+    assert raw[0]["eval_reward_init"] == verifier[0]["eval_reward_init"]  # the clean evaluation: the verifier
+    cfg = scrl_min.arm_config("plain")
+    assert scrl_min.config_id(cfg) == scrl_min.config_id(scrl_min.arm_config("plain", constant_reward=None))
+    assert scrl_min.config_id(cfg) != scrl_min.config_id(scrl_min.arm_config("plain", constant_reward=0.15))
+    with pytest.raises(ScrlError, match="constant_reward must be a finite number"):
+        scrl_min.arm_config("plain", constant_reward=float("nan"))
+
+
 def test_config_id_changes_with_the_trainer_version(monkeypatch):
     cfg = scrl_min.arm_config("sc")
     before = scrl_min.config_id(cfg)

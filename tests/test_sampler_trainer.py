@@ -348,6 +348,9 @@ def test_cli_help_and_one_line_errors(tmp_path):
                               "--steps", "1", "--out_dir", str(out)], capture_output=True, text=True)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("python -m scrl_min: error:")
+    r = subprocess.run(cmd + ["--constant_reward", "nan", "--steps", "1", "--out_dir", str(out)],
+                       capture_output=True, text=True)  # an optional float flag, checked by the config
+    assert r.returncode == 1 and "constant_reward must be a finite number" in r.stderr.strip().splitlines()[-1]
     r = subprocess.run(cmd + ["--arm", "bogus"], capture_output=True, text=True)
     assert r.returncode == 2 and "invalid choice: 'bogus'" in r.stderr
     assert not out.exists()

@@ -92,11 +92,11 @@ def test_all_is_what_the_notebooks_and_scripts_use():
 # The TrainConfig fields config_id hashes, and those it hashes only away from their default. A field added to
 # TrainConfig must be decided on here (see the message of the test below).
 HASHED_FIELDS = {
-    "advantage_mode", "centering", "eval_every", "eval_prompts", "fp8_backend", "group_size", "k", "kv_cache",
+    "advantage_mode", "centering", "constant_reward", "eval_every", "eval_prompts", "fp8_backend", "group_size", "k", "kv_cache",
     "lr", "max_grad_norm", "max_new_tokens", "measure_drift", "mis_band", "model", "n_prompts", "names_target",
     "noise_std", "optimizer", "prompts_per_step", "sampler", "sampler_precision", "seed", "staleness",
     "temperature", "tis_cap", "vllm_precision", "weight_level", "weighting"}
-UNLESS_DEFAULT = {"kv_cache"}
+UNLESS_DEFAULT = {"kv_cache", "constant_reward"}
 # config_id of every arm (model given as a relative path: the default is the checkout's absolute path)
 ARM_IDS = {"bf16": "4ab6877d", "plain": "7aa14ebf", "tis": "a7bd03c6", "mis": "d607cda6", "sc": "503fc9a5",
            "sc_tis": "f5c8a63e", "sc_mis": "ea64a3bd"}
