@@ -17,9 +17,15 @@ Executed notebooks (with outputs) go to --out-dir (default runs/notebooks/); the
 the notebooks write them (their default: runs/figures/). With --commit-outputs the executed notebook
 replaces notebooks/NN_name.ipynb, cleaned so that it stays paired with NN_name.py: papermill's
 injected-parameters cell and its metadata are removed, the outputs are kept, and the notebook's metadata
-records the command, the parameters and a fingerprint of the outputs (`scrl_min_run`; JupyterLab started by
-`make lab` drops that record when it saves other outputs). Only `make reproduce`
-uses it, together with notebooks/reproduce_parameters.yaml, whose parameters write figures/.
+records the command, the parameters, a fingerprint of the outputs and one of the code that made them
+(`scrl_min_run`: `outputs_sha256`, `code_sha256`; JupyterLab started by `make lab` drops that record when it
+saves other outputs). Only `make reproduce` uses it, together with notebooks/reproduce_parameters.yaml, whose
+parameters write figures/.
+
+`code_sha256` hashes the code cells as committed (code_fingerprint: markdown left out, so a prose edit does not
+count; the parameters cell in; papermill's injected cell out). tests/test_notebooks.py fails when a committed
+notebook's code no longer hashes to it, unless notebooks/stale.yaml lists the notebook and what changed since
+its outputs were made (the next rerun of that notebook removes the line).
 """
 from __future__ import annotations
 
@@ -94,6 +100,22 @@ def outputs_fingerprint(nb) -> str:
     return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
 
 
+def code_cells(nb) -> list[str]:
+    """The sources of a notebook's code cells, as code_fingerprint reads them: papermill's injected-parameters
+    cell left out, each line without trailing whitespace, each cell without leading or trailing blank lines."""
+    return ["\n".join(line.rstrip() for line in _joined(c["source"]).splitlines()).strip("\n")
+            for c in nb["cells"] if c["cell_type"] == "code"
+            and "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
+
+
+def code_fingerprint(nb) -> str:
+    """sha256 of the code that makes a notebook's outputs: its code cells in order (code_cells), the parameters
+    cell included, markdown excluded, as one JSON list. Recorded as `code_sha256` when outputs are committed."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(code_cells(nb), ensure_ascii=False).encode()).hexdigest()
+
+
 def drop_stale_provenance(model, **_) -> None:
     """JupyterLab's pre-save hook (`make lab`: scripts/jupyter_lab_config.py). A notebook whose outputs are no
     longer those its `scrl_min_run` record fingerprints (it was run or edited in JupyterLab) is saved
@@ -128,7 +150,8 @@ def collapse_progress(nb) -> None:
 
 def clean_executed(src: Path, dst: Path, params: dict, command: str = "make reproduce") -> None:
     """Copy an executed notebook to dst without papermill's injected cell and metadata, keeping the
-    outputs; the run's parameters are recorded in the notebook metadata ("scrl_min_run")."""
+    outputs; the run's parameters and the fingerprints of its code and outputs are recorded in the notebook
+    metadata ("scrl_min_run")."""
     import nbformat
 
     nb = nbformat.read(src, as_version=4)
@@ -142,8 +165,8 @@ def clean_executed(src: Path, dst: Path, params: dict, command: str = "make repr
     nb.metadata.pop("papermill", None)
     nb.metadata.pop("widgets", None)  # state of a widget no cell output shows
     nb.metadata.kernelspec["display_name"] = "Python 3 (ipykernel)"  # as JupyterLab names python3
-    nb.metadata["scrl_min_run"] = {"parameters": json.loads(json.dumps(params)),
-                                   "command": command, "outputs_sha256": outputs_fingerprint(nb)}
+    nb.metadata["scrl_min_run"] = {"parameters": json.loads(json.dumps(params)), "command": command,
+                                   "code_sha256": code_fingerprint(nb), "outputs_sha256": outputs_fingerprint(nb)}
     nbformat.write(nb, dst)
 
 

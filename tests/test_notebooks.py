@@ -1,6 +1,6 @@
-"""Notebooks: house rules, the jupytext pairs, committed outputs, safe defaults, the parameters-file
-check, nbval's output comparison failing on a changed output, and a headless smoke run of every
-notebook with the CI parameters. (`make test` also runs nbval itself on notebook 01.)"""
+"""Notebooks: house rules, the jupytext pairs, committed outputs and the code that made them, safe defaults,
+the parameters-file check, nbval's output comparison failing on a changed output, and a headless smoke run of
+every notebook with the CI parameters. (`make test` also runs nbval itself on notebooks 01 and 12.)"""
 import json
 import re
 import shutil
@@ -30,6 +30,8 @@ REPRODUCE |= {stem: ("make reproduce-full", params) for stem, params in
               yaml.safe_load((REPO / "notebooks" / "reproduce_full_parameters.yaml").read_text()).items()}
 # committed before their first full-size run (notebooks/pending.yaml says why): no outputs yet
 PENDING = yaml.safe_load((REPO / "notebooks" / "pending.yaml").read_text()) or {}
+# committed outputs that older code cells made (notebooks/stale.yaml says what changed since)
+STALE = yaml.safe_load((REPO / "notebooks" / "stale.yaml").read_text()) or {}
 
 
 def parameters_cell(nb) -> dict:
@@ -97,6 +99,71 @@ def test_committed_outputs_render_and_stay_lean(path):
         text = o.get("text", "") + "".join(v for k, v in o.get("data", {}).items() if k.startswith("text/"))
         assert not re.search(r"/(work|tmp|root|home)/", text), f"machine path in an output: {text[:200]!r}"
     assert path.stat().st_size < 1_500_000, f"{path.name}: {path.stat().st_size} bytes"
+
+
+def check_code_made_the_outputs(nb, stem: str, stale: dict) -> None:
+    """A notebook's committed outputs were made by its committed code cells (the run record's `code_sha256`), or
+    the stale list names it; a notebook on that list really is stale, so the list cannot outlive a rerun."""
+    record = nb.metadata.get("scrl_min_run")
+    if record is None:  # no outputs yet (notebooks/pending.yaml): nothing to compare
+        return
+    same = record.get("code_sha256") == run_notebooks.code_fingerprint(nb)
+    if stem in stale:
+        assert not same, f"{stem}: its outputs come from its current code: remove it from notebooks/stale.yaml"
+    else:
+        assert same, (f"{stem}: its code cells are not those that made its committed outputs: rerun it "
+                      f"(`{record.get('command')}`), or list it in notebooks/stale.yaml with what changed")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_committed_outputs_come_from_the_committed_code(path):
+    check_code_made_the_outputs(nbformat.read(path, as_version=4), path.stem, STALE)
+
+
+def test_stale_notebooks_exist_and_say_why():
+    assert set(STALE) <= {p.stem for p in NOTEBOOKS} - set(PENDING), "notebooks/stale.yaml: not a notebook with outputs"
+    assert all(isinstance(why, str) and why.strip() and "\n" not in why for why in STALE.values())
+
+
+def test_check_fails_when_a_code_cell_changes(tmp_path):
+    """On a copy of a notebook whose committed code made its outputs: one changed code cell fails the check,
+    naming the notebook; a markdown edit or trailing whitespace does not; listed as stale, the changed copy
+    passes and the unchanged one fails."""
+    path = next(p for p in NOTEBOOKS if p.stem not in STALE and p.stem not in PENDING)
+    copy = tmp_path / path.name
+    shutil.copy(path, copy)
+    nb = nbformat.read(copy, as_version=4)
+    check_code_made_the_outputs(nb, path.stem, STALE)
+    with pytest.raises(AssertionError, match=f"{path.stem}: its outputs come from its current code"):
+        check_code_made_the_outputs(nb, path.stem, {path.stem: "listed"})
+    next(c for c in nb.cells if c.cell_type == "markdown").source += "\n\nOne more sentence."
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    code[-1].source += "   \n\n"
+    nbformat.write(nb, copy)
+    check_code_made_the_outputs(nbformat.read(copy, as_version=4), path.stem, STALE)
+    code[-1].source += "\nprint('changed')"
+    nbformat.write(nb, copy)
+    nb = nbformat.read(copy, as_version=4)
+    with pytest.raises(AssertionError, match=f"{path.stem}: its code cells are not those that made"):
+        check_code_made_the_outputs(nb, path.stem, STALE)
+    check_code_made_the_outputs(nb, path.stem, {path.stem: "code cell N changed in commit abc123"})
+
+
+def test_runner_records_the_committed_code(tmp_path):
+    """--commit-outputs records the hash of the code cells as committed: papermill's injected-parameters cell
+    does not count, the parameters cell does."""
+    parameters = nbformat.v4.new_code_cell("steps = 2  # steps", metadata={"tags": ["parameters"]})
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# t"), parameters,
+                                         nbformat.v4.new_code_cell("x = steps")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    committed = run_notebooks.code_fingerprint(nb)
+    nb.cells.insert(2, nbformat.v4.new_code_cell("steps = 3", metadata={"tags": ["injected-parameters"]}))
+    executed, out = tmp_path / "executed.ipynb", tmp_path / "out.ipynb"
+    nbformat.write(nb, executed)
+    run_notebooks.clean_executed(executed, out, {"steps": 3})
+    assert nbformat.read(out, as_version=4).metadata["scrl_min_run"]["code_sha256"] == committed
+    nb.cells[1].source = "steps = 4  # steps"
+    assert run_notebooks.code_fingerprint(nb) != committed
 
 
 def test_progress_bar_updates_are_stored_as_shown():
