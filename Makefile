@@ -1,8 +1,8 @@
 # make reproduce   set up .venv, run notebooks 01, 03, 04, 05, 12 headlessly (full size), write figures/ and the
 #                  committed notebook outputs (with reproduce-full, the only commands that write them)
 # make reproduce-full  every other notebook: 02 (the headline, 12 seeds), 06-09 (regime map, staleness,
-#                  readers' questions, signed rewards), 10 (the gradient-level test), 11 (severity slope);
-#                  hours; resumable, a bar over runs
+#                  readers' questions, signed rewards), 10 (the gradient-level test), 11 (severity slope),
+#                  13 (confirmatory), 14 (length drift); hours; resumable, a bar over runs
 # make test        set up .venv, run the tests: unit tests, nbval on notebooks 01 and 12 (outputs compared),
 #                  the pair-sync check, papermill smoke runs of every notebook with the CI parameters
 # make lab         set up .venv, start JupyterLab at the repository root (pairing on; kernel python3 = .venv;

@@ -1,0 +1,504 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 14 · Length drift (claim C7): does plain's drift move the end of sequence, and does SC remove it?
+#
+# *How this notebook is made.* Its pre-registration comes first, **verbatim**: the cells from "14 · Length drift
+# (claim C7): pre-registration and the one-step prediction" to the end of section 2 (and the first block of the
+# parameters cell) are the record committed on 2026-12-03 in commit 778af74, before any training run of this
+# experiment (as `docs/preregistrations/14_length_drift.py`, whose note says why it lived there; this notebook
+# replaced it). Nothing in them has changed. This notebook adds only what comes after them, once the task's constant-reward option
+# (`TrainConfig.constant_reward`) existed: the runs' parameters (the parameters cell's second block), section 3
+# (the pilot and the seed count), section 4 (the paired runs), section 5 (the primary metric, the secondaries and
+# the decision, exactly as declared), the figure, and "What we saw".
+#
+# **Run time and hardware:** CPU only, no GPU. The prediction takes about 2 minutes on 2 CPU cores; each
+# 60-step run at the 96-token budget about 3.5 CPU-thread minutes (about 3.2 s per step and 2.6 s per clean
+# evaluation, timed before the first run), so the pilot (6 runs) and the paired runs (3 arms × n seeds, n ≥ 8
+# set by the pilot) take about an hour on 2 cores at 8 seeds, two runs at a time, and about 6 minutes more
+# per seed the pilot asks for beyond 8 (more on a loaded machine). Resumable: one folder per run configuration, a bar over runs. The
+# defaults write `runs/figures/14_length_drift.{png,json}` and `14_length_drift_runs.{png,json}`;
+# `make reproduce-full` writes them to `figures/`.
+
+# %% [markdown]
+# # 14 · Length drift (claim C7): pre-registration and the one-step prediction
+#
+# *Committed on 2026-12-03 as a pre-registration record, before any training run of its experiment. It becomes
+# `notebooks/14_length_drift` (listed in the README's reading order, with a CI entry) when the constant-reward
+# option and its runs land; until then it lives here, outside the notebook tests.*
+#
+# The article's claim C7: under a mismatched sampler the plain update's drift moves the length of the
+# completions, and score centering (SC) removes that drift. The task's reward pays for length (more
+# distinct names in a longer completion), so the training notebooks cannot tell drift from signal. With
+# a constant reward the signal $\mathrm{Cov}_q(A, s)$ is exactly zero and plain's update is pure drift,
+# $\mathbb{E}_q[A]\,\mu$ at every prefix, so anything that moves the end-of-sequence (EOS) probability
+# is drift.
+#
+# This notebook holds the **design of the paired-seed experiment, written before any run**, and the
+# **prediction from one exact drift step**: computed here without training. The training runs need a
+# constant-reward option in the task (a `TrainConfig` field, hashed only when it differs from its
+# default so that existing run ids do not change). That option is not in `scrl_min` yet, so the runs and
+# their section are not here yet.
+#
+# **Run time and hardware:** CPU only, no GPU; the prediction takes about 2 minutes on 2 CPU cores.
+# The defaults write `runs/figures/14_length_drift.{png,json}`. Run it headless with
+# `python scripts/run_notebooks.py notebooks/14_length_drift.ipynb`.
+
+# %% [markdown]
+# ## Parameters
+
+# %% tags=["parameters"]
+model = "default"  # policy: "default" (embedded tiny Qwen3, V 2048), a local checkpoint or an HF model id
+seed = 0  # seeds the sampler's weight noise, the drift batches and the held-out trajectories
+sampler_format = "fp8"  # the headline sampler: TorchSampler precision
+sampler_noise = 0.1  # σ: relative weight noise on the sampler
+lr = 0.5  # SGD learning rate of the training runs
+mean_advantage = 0.15  # E[A] under the constant reward (raw): the drift step is lr × E[A] × μ (lr E[A] = 0.075)
+k = 128  # SC's head, tokens
+max_new_tokens = 96  # completion budget of the length experiment, tokens
+prompts_per_step = 8  # distinct prompts per batch
+group_size = 4  # completions per prompt
+drift_batches = 4  # sampler batches whose prefixes define the expected drift step
+heldout_prompts = 32  # held-out prompts (the evaluation set) whose on-policy trajectories give the fixed prefixes
+steps = 60  # updates of the planned runs (the naive 60-step extrapolation of the prediction)
+figures_dir = "runs/figures"  # figure and its numbers, relative to the repo root
+# --- added with the runs, after the pre-registration (the lines above are its own, unchanged)
+arms = ["plain", "sc", "bf16"]  # the paired arms: plain and SC at the headline sampler, bf16 the no-mismatch reference
+pilot_seeds = [1400, 1401, 1402]  # the pilot's seeds (plain and SC), never reused by the paired runs
+first_seed = 1410  # the paired runs' seeds: first_seed, first_seed + 1, ... (as many as the pilot asks)
+min_seeds = 8  # the design's floor of the seed count
+max_seeds = 40  # a ceiling the design does not name (about 2 h on 2 cores): the output says if it binds
+names_target = 1  # distinct Python names that earn the full reward (the design's; only the clean evaluation scores it)
+eval_every = 10  # steps between clean evaluations (completion length on the held-out prompts)
+eval_prompts = 64  # held-out prompts in each clean evaluation, one completion each
+smooth = 5  # moving-average window of the training completion-length curves, steps
+workers = 2  # runs in parallel, one CPU thread each
+runs_dir = "runs/14_length_drift"  # one folder per run configuration (its checkpoint.pt holds the final policy)
+
+# %% [markdown]
+# ## 1 · The design, declared before any run
+#
+# * **Task**: the code-names task with a **constant reward** (every completion earns the same reward, so
+#   raw advantages are a constant $A = E[A]$ and group-centred ones are 0; runs use raw advantages),
+#   and `names_target = 1`. The budget is 96 tokens, so EOS has room to move.
+# * **Arms** (paired by seed: same prompts and sampler noise): **plain** and **SC (k = 128)** at the
+#   headline sampler (FP8 + 10% weight noise), and **bf16** (no mismatch, plain loss) as the reference.
+#   About 60 steps, SGD lr 0.5, the trainer's batch (8 prompts × 4 completions).
+# * **Seeds**: at least 8 paired seeds; more if the power computation asks. Its input, the seed-to-seed sd
+#   of the primary metric, is not known before a pilot. The pilot: 3 seeds of plain and SC, not reused.
+#   The count is then n = ((z_0.975 + z_0.9) sd / Δ)² with Δ the predicted 60-step effect below, at
+#   least 8.
+# * **Primary metric**: the change from step 0 to the last step in the trainer's **mean log p(EOS) over a
+#   fixed set of held-out prefixes** (section 2's), paired **plain − SC** over seeds, t interval. The
+#   prediction: positive (plain raises p(EOS) and SC does not), of the size computed below.
+# * **Secondary**: the clean-eval completion length at the last step, plain − SC (paired); and plain −
+#   bf16, SC − bf16 (Holm over the three).
+# * **Decision**: the primary is reproduced if its 95% interval lies above 0, contradicted if it lies
+#   below 0, and "no length drift here" if it lies within ± half the predicted 60-step effect.
+# * **The prediction** (section 2, computed before any run by a headless run of this notebook at its
+#   defaults: 4 sampler batches, 8,323 sampler tokens; 32 held-out trajectories, 2,221 prefixes, base mean
+#   log p(EOS) −7.831, hazard-implied length 58.43 tokens). One drift step at lr E[A] = 0.075 moves mean
+#   log p(EOS) by **+0.0030 nats (plain)** and **+0.0010 (SC, k = 128)**. The hazard-implied length moves by
+#   −0.003 tokens for both. Extrapolated naively over 60 steps (no compounding, no re-sync effects):
+#   plain +0.183 and SC +0.059 nats, so **plain − SC ≈ +0.12 nats**. The hazard-implied lengths are −0.19
+#   and −0.18 tokens, so **no length difference between plain and SC is predicted** at this size. SC's
+#   residual is not zero: EOS is usually outside the sampler's top-128 head (p(EOS) ≈ e^−7.8), so the tail
+#   model's error falls on it. The primary's "no drift" band is therefore ± 0.06 nats.
+
+# %% [markdown]
+# ## 2 · The prediction: one exact drift step
+#
+# At a prefix $h$ with trainer $p$ and sampler $q$, the expected logit-space update of one sampled token
+# under a constant advantage $A$ is $A\,\mathbb{E}_q[e_y - p] = A\,(q - p)$ for plain. For SC with a head
+# $H$ of the sampler's $k$ most likely tokens it is $A\,[(q - p) - (c - (\textstyle\sum c)\,p)]$, with
+# $c_v = q_v - \rho\,p_v$ on $H$ and $\rho = (1 - \sum_H q)_+ / \max(1 - \sum_H p, \varepsilon)$: the
+# head's residual, zero with $k = V$. Both are vectors $w$ with $\sum_v w_v = 0$ when written as
+# $w - (\sum w)\,p$, so the parameter-space expected update over the prefixes of a batch is the gradient
+# of $\sum_{\text{prefixes}} \sum_v \mathrm{sg}(w_v) \log p_v / N$: exact given the prefixes, with no
+# sampled-token noise. The prefixes come from `drift_batches` batches of the headline sampler (96-token
+# budget). One SGD step $\theta \leftarrow \theta + \mathrm{lr}\,E[A]\,g$ is applied to a copy of the
+# trainer, for plain and for SC. Then on fixed held-out prefixes we measure the change in mean log
+# p(EOS), and the change in the **hazard-implied length**
+# $\mathbb{E}[L] = \sum_{t=1}^{T} \prod_{s < t} (1 - h_s)$, $h_s = p(\mathrm{EOS} \mid \text{prefix}_s)$. The
+# prefixes are every prefix of one on-policy (fp32, T = 1) completion per held-out prompt, whose
+# non-EOS tokens are held fixed.
+
+# %%
+import copy
+import json
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+import scrl_min
+from scrl_min import (DEFAULT_MODEL_PATH, EVAL_SEED, REPO_ROOT, RHO_EPS, TAIL_TOL, TorchSampler, TrainConfig,
+                      encode_prompt, load_policy, make_task_dataset, trainer_logprobs)
+
+t_start = time.perf_counter()
+model_path = str(DEFAULT_MODEL_PATH) if model == "default" else model
+assert sampler_format in scrl_min.PRECISIONS, scrl_min.PRECISIONS
+fig_dir = REPO_ROOT / figures_dir
+fig_dir.mkdir(parents=True, exist_ok=True)
+policy, tok = load_policy(model_path)  # the trainer: float32
+V = policy.config.vocab_size
+assert 1 <= k <= V
+eos_id, pad_id = tok.eos_token_id, tok.pad_token_id
+eval_set = make_task_dataset(TrainConfig().eval_prompts, seed=EVAL_SEED)
+train_prompts = [encode_prompt(tok, p) for p in make_task_dataset(TrainConfig().n_prompts, seed=seed,
+                                                                   exclude=eval_set["prefix"])["prompt"]]
+heldout = [encode_prompt(tok, p) for p in eval_set["prompt"][:heldout_prompts]]
+sampler = TorchSampler(policy.config, precision=sampler_format, k=V, noise_std=sampler_noise, seed=seed,
+                       fp8_backend="emulated")
+sampler.push_weights(policy.state_dict())
+on_policy = TorchSampler(policy.config, precision="fp32", k=1, noise_std=0.0, seed=seed)
+on_policy.push_weights(policy.state_dict())
+# the fixed held-out prefixes: one on-policy completion per held-out prompt
+held = on_policy.generate(heldout, max_new_tokens, eos_id, pad_id, generator=torch.Generator().manual_seed(seed + 1))
+print(f"held-out: {len(heldout)} prompts, {int(held.completion_mask.sum())} prefixes; "
+      f"mean on-policy completion length {held.completion_mask.sum(1).float().mean():.1f} tokens (budget {max_new_tokens})")
+
+
+def drift_gradient(model, weights):
+    """Expected update direction (P,) per unit of A over the prefixes of `drift_batches` sampler batches.
+    weights: "plain" (w = q) or "sc" (w = the head's residual); gradient of Σ_prefixes Σ_v sg(w_v) log p_v / N."""
+    grads = [torch.zeros_like(w) for w in model.parameters()]
+    n_tok = 0
+    for b in range(drift_batches):
+        g = torch.Generator().manual_seed(seed * 1000 + 2 * b)
+        pick = torch.randperm(len(train_prompts), generator=g)[:prompts_per_step]
+        ro = sampler.generate([train_prompts[i] for i in pick.tolist() for _ in range(group_size)], max_new_tokens,
+                              eos_id, pad_id, generator=torch.Generator().manual_seed(seed * 1000 + 2 * b + 1),
+                              full_logq=True)
+        m = ro.completion_mask  # (B, T)
+        # the sampler's head is the whole vocabulary sorted by q (k = V): log p there, with grad, in the same order
+        _, lp_head = trainer_logprobs(model, ro, 1.0)  # (B, T, V)
+        lp = lp_head[m]  # (N, V)
+        q = ro.head_logp[m].double().exp()  # (N, V) the sampler's next-token distribution, sorted
+        p = lp.detach().double().exp()
+        w = q.clone()
+        if weights == "sc":  # subtract the head estimate μ̂ = c − (Σc) p, c_v = q_v − ρ p_v on the first k (the k-head)
+            tail_q = (1 - q[:, :k].sum(-1)).clamp(min=0)
+            tail_p = (1 - p[:, :k].sum(-1)).clamp(min=RHO_EPS)
+            rho = torch.where(tail_q <= TAIL_TOL, 0.0, tail_q / tail_p)  # (N,)
+            c = torch.zeros_like(q)
+            c[:, :k] = q[:, :k] - rho[:, None] * p[:, :k]
+            w = w - c + c.sum(-1, keepdim=True) * p
+        obj = (w.float() * lp).sum() / m.sum()
+        for acc, gr in zip(grads, torch.autograd.grad(obj, list(model.parameters()))):
+            acc += gr / drift_batches
+        n_tok += int(m.sum())
+    return grads, n_tok
+
+
+@torch.no_grad()
+def eos_stats(model):
+    # log p(EOS) at every held-out prefix (N,), and the hazard-implied length per held-out trajectory (n,)
+    _, _, full_logp = trainer_logprobs(model, held, 1.0, full=True)
+    m = held.completion_mask
+    lp_eos = full_logp[..., eos_id]  # (n, T)
+    h = lp_eos.exp().masked_fill(~m, 0.0)
+    survive = torch.cumprod(torch.cat([torch.ones(len(h), 1), 1 - h[:, :-1]], 1), 1) * m  # P(no EOS before t)
+    return lp_eos[m], survive.sum(1)
+
+
+base_lp, base_len = eos_stats(policy)
+rows = {}
+for arm in ("plain", "sc"):
+    grads, n_tok = drift_gradient(policy, arm)
+    stepped = copy.deepcopy(policy)
+    with torch.no_grad():
+        for w, g in zip(stepped.parameters(), grads):
+            w += lr * mean_advantage * g  # the update is minus the loss gradient: + lr E[A] ∇ Σ w log p
+    lp1, len1 = eos_stats(stepped)
+    rows[arm] = dict(d_logp_eos=float((lp1 - base_lp).mean()), d_len=float((len1 - base_len).mean()),
+                     grad_norm=float(torch.cat([g.reshape(-1) for g in grads]).norm()), drift_tokens=n_tok,
+                     per_prefix=(lp1 - base_lp).tolist())
+    print(f"{arm:5s}: one drift step (lr E[A] = {lr * mean_advantage:.3f}, prefixes of {n_tok} sampler tokens): "
+          f"mean log p(EOS) {rows[arm]['d_logp_eos']:+.4f} nats, hazard-implied length {rows[arm]['d_len']:+.3f} tokens; "
+          f"‖g‖ {rows[arm]['grad_norm']:.3e};  naive {steps}-step extrapolation {steps * rows[arm]['d_logp_eos']:+.3f} nats, "
+          f"{steps * rows[arm]['d_len']:+.2f} tokens")
+print(f"base: mean log p(EOS) {float(base_lp.mean()):.3f} over {len(base_lp)} prefixes; hazard-implied length "
+      f"{float(base_len.mean()):.2f} tokens;  {time.perf_counter() - t_start:.0f} s")
+
+# %% [markdown]
+# The figure: the change in log p(EOS) at each held-out prefix after one drift step, plain against SC.
+# The numbers are in `14_length_drift.json`.
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 4.5))
+for arm, color in (("plain", "tab:red"), ("sc", "tab:blue")):
+    ax.hist(rows[arm]["per_prefix"], bins=40, histtype="step", lw=1.8, color=color,
+            label=f"{'SC (k=' + str(k) + ')' if arm == 'sc' else 'plain'}: mean {rows[arm]['d_logp_eos']:+.4f}")
+ax.axvline(0, color="k", lw=0.8)
+ax.set_xlabel("Δ log p(EOS) at a held-out prefix after one drift step, nats")
+ax.set_ylabel("prefixes")
+ax.set_title(f"one exact drift step at {sampler_format} + σ {sampler_noise:g}, lr E[A] = {lr * mean_advantage:.3f}", fontsize=10)
+ax.legend(fontsize=9)
+fig.tight_layout()
+scrl_min.check_layout(fig)
+fig.savefig(fig_dir / "14_length_drift.png", dpi=100)
+plt.show()
+(fig_dir / "14_length_drift.json").write_text(json.dumps(dict(
+    parameters=dict(model=model, seed=seed, sampler_format=sampler_format, sampler_noise=sampler_noise, lr=lr,
+                    mean_advantage=mean_advantage, k=k, max_new_tokens=max_new_tokens, prompts_per_step=prompts_per_step,
+                    group_size=group_size, drift_batches=drift_batches, heldout_prompts=heldout_prompts, steps=steps),
+    base=dict(mean_logp_eos=float(base_lp.mean()), hazard_length=float(base_len.mean()), prefixes=len(base_lp)),
+    one_step={arm: {key: v for key, v in r.items() if key != "per_prefix"} for arm, r in rows.items()}), indent=1))
+print(f"wrote {figures_dir}/14_length_drift.{{png,json}};  run time (after imports): {time.perf_counter() - t_start:.0f} s")
+
+# %% [markdown]
+# ## 3 · The pilot and the seed count
+#
+# *Added after the pre-registration, as it declares.* Every run is the design's: a constant reward
+# E[A] = `mean_advantage` for every completion with raw advantages, so A = E[A] at every token
+# (`TrainConfig.constant_reward`; the signal Cov_q(A, s) is exactly zero), `names_target` = 1, the
+# 96-token budget, `steps` SGD steps at lr 0.5 of 8 prompts × 4 completions, SC's head k = 128, the
+# headline sampler for plain and SC and the bf16 sampler (no weight noise) for the reference. The arms of
+# a seed share its prompts, sampling seeds and noise draw.
+#
+# **A run's primary metric**: its final policy (the `policy` state of the run's `checkpoint.pt`, written
+# after the last step) on section 2's fixed held-out prefixes: the trainer's mean log p(EOS) over them,
+# minus the starting policy's (the same for every run, so the paired plain − SC difference is the
+# difference of the final values). The hazard-implied length of the same prefixes rides along,
+# descriptive.
+#
+# **The pilot**: plain and SC at `pilot_seeds`, seeds the paired runs never use. Its sd of the paired
+# difference plain − SC sets the seed count n = ((z_0.975 + z_0.9) sd / Δ)², with Δ the predicted
+# `steps`-step effect plain − SC of section 2, rounded up and at least `min_seeds`.
+
+# %%
+import math
+from pathlib import Path
+
+from scipy import stats
+
+from scrl_min import (arm_config, band_plot, check_layout, eval_curve, holm, mean_ci95, moving_average, p_text,
+                      run_grid, with_run_dir)
+
+ARM_COLORS = {"bf16": "black", "plain": "tab:red", "sc": "tab:blue"}  # one colour per arm, as notebook 02's
+ARM_NAMES = {"bf16": "bf16 (no mismatch)", "plain": "plain", "sc": f"SC (k={k})"}
+if not {"plain", "sc"} <= set(arms) <= set(ARM_COLORS):
+    raise ValueError(f"arms must include plain and sc, within {sorted(ARM_COLORS)}; got {arms}")
+if len(pilot_seeds) < 2 or not 2 <= min_seeds <= max_seeds:
+    raise ValueError(f"need >= 2 pilot seeds and 2 <= min_seeds <= max_seeds, got {pilot_seeds}, {min_seeds}, "
+                     f"{max_seeds}")
+run_root = REPO_ROOT / runs_dir
+t_runs = time.perf_counter()
+
+
+def run_config(arm: str, seed: int) -> TrainConfig:
+    """The design's run of one arm and seed, in a folder of its own (`with_run_dir`: resumable)."""
+    sampler = {} if arm == "bf16" else dict(sampler_precision=sampler_format, noise_std=sampler_noise)
+    cfg = arm_config(arm, model=model_path, seed=seed, steps=steps, lr=lr, advantage_mode="raw",
+                     constant_reward=mean_advantage, names_target=names_target, max_new_tokens=max_new_tokens,
+                     prompts_per_step=prompts_per_step, group_size=group_size, k=k, eval_every=eval_every,
+                     eval_prompts=eval_prompts, **sampler)
+    return with_run_dir(cfg, run_root, f"{arm}-s{seed}")
+
+
+def primary_metric(cfg: TrainConfig) -> dict:
+    """A finished run's change from step 0 to its last step in the trainer's mean log p(EOS) over section 2's
+    held-out prefixes (nats), and in their hazard-implied length (tokens): its final policy from checkpoint.pt."""
+    ckpt = Path(cfg.out_dir) / "checkpoint.pt"
+    if not ckpt.exists():
+        raise FileNotFoundError(f"{ckpt}: the primary metric needs the run's final policy (run it again)")
+    state = torch.load(ckpt, weights_only=False)
+    if state["step"] != cfg.steps:
+        raise ValueError(f"{ckpt} holds step {state['step']}, not the last step {cfg.steps}")
+    final = copy.deepcopy(policy)
+    final.load_state_dict(state["policy"])
+    lp, length = eos_stats(final)
+    return dict(d_logp_eos=float(lp.mean() - base_lp.mean()), d_hazard_len=float((length - base_len).mean()))
+
+
+def check_runs(results: dict) -> None:
+    """What the design rests on, checked on what the runs logged: every training completion earned the constant
+    reward (so A = E[A]), and the arms of a seed start from the same clean evaluation (paired)."""
+    for (arm, s), recs in results.items():
+        assert len(recs) == steps and all(abs(r["reward"] - mean_advantage) < 1e-6 and r["reward_std"] < 1e-6
+                                          and abs(r["adv_mean"] - mean_advantage) < 1e-6 for r in recs), (arm, s)
+    for s in {s for _, s in results}:
+        assert len({recs[0]["eval_len_init"] for (_, s2), recs in results.items() if s2 == s}) == 1, s
+
+
+pilot_jobs = {(arm, s): run_config(arm, s) for s in pilot_seeds for arm in ("plain", "sc")}
+pilot = run_grid(pilot_jobs, workers=workers)
+check_runs(pilot)
+pilot_metric = {key: primary_metric(cfg) for key, cfg in pilot_jobs.items()}
+d_pilot = np.array([pilot_metric[("plain", s)]["d_logp_eos"] - pilot_metric[("sc", s)]["d_logp_eos"]
+                    for s in pilot_seeds])
+sd_pilot = float(d_pilot.std(ddof=1))
+# Δ: the predicted effect after `steps` steps (section 2's naive extrapolation), and the "no drift" band ± Δ/2
+delta = steps * (rows["plain"]["d_logp_eos"] - rows["sc"]["d_logp_eos"])
+z_sum = stats.norm.ppf(0.975) + stats.norm.ppf(0.9)
+n_formula = math.ceil((z_sum * sd_pilot / abs(delta)) ** 2) if delta != 0 else math.inf
+n_seeds = int(min(max(n_formula, min_seeds), max_seeds))
+seeds = list(range(first_seed, first_seed + n_seeds))
+if set(seeds) & set(pilot_seeds):
+    raise ValueError(f"the paired runs' seeds {seeds[0]}-{seeds[-1]} reuse a pilot seed {pilot_seeds}")
+print("pilot, change in mean log p(EOS) (nats): " + "; ".join(
+    f"seed {s}: plain {pilot_metric[('plain', s)]['d_logp_eos']:+.4f}, SC {pilot_metric[('sc', s)]['d_logp_eos']:+.4f}"
+    for s in pilot_seeds))
+print(f"pilot plain − SC: mean {d_pilot.mean():+.4f}, sd {sd_pilot:.4f} over {len(pilot_seeds)} seeds; predicted "
+      f"Δ = {delta:+.4f} nats after {steps} steps")
+print(f"seed count: n = ((z_0.975 + z_0.9) sd / Δ)² = (({z_sum:.3f} × {sd_pilot:.4f}) / {abs(delta):.4f})² → "
+      f"{n_formula}; at least {min_seeds} → {n_seeds} seeds ({seeds[0]}-{seeds[-1]})"
+      + (f"  [capped at max_seeds = {max_seeds}: the primary is underpowered for Δ]" if n_formula > max_seeds else ""))
+
+# %% [markdown]
+# ## 4 · The paired runs
+#
+# Every arm at every seed of the count above, two runs at a time; each writes `metrics.jsonl` and
+# `checkpoint.pt` into a folder named after its configuration (`<arm>-s<seed>-<config_id>`): running this
+# cell again continues unfinished runs and skips finished ones.
+
+# %%
+jobs = {(arm, s): run_config(arm, s) for s in seeds for arm in arms}
+results = run_grid(jobs, workers=workers)
+check_runs(results)
+per_run = {key: primary_metric(cfg) for key, cfg in jobs.items()}
+print(f"{len(jobs)} paired runs + {len(pilot_jobs)} pilot runs; {time.perf_counter() - t_runs:.0f} s for the runs "
+      f"and their metrics")
+
+# %% [markdown]
+# ## 5 · The primary, the secondaries, the decision
+#
+# **Primary**: per seed, the change in mean log p(EOS) of plain minus SC's; mean ± 95% t interval over
+# the seeds. **Decision, as declared**: reproduced if the interval lies above 0, contradicted if below 0,
+# "no length drift here" if it lies within ± Δ/2 (half the predicted effect); otherwise not decided.
+# **Secondaries**: the last clean evaluation's mean completion length (`eval_len`, tokens, the trainer's
+# own float32 policy on the held-out prompts), paired plain − SC, plain − bf16 and SC − bf16, two-sided
+# paired t tests, Holm over the three (`scrl_min.holm`). The per-arm changes, the hazard-implied length
+# and the training completion length are descriptive.
+
+# %%
+change = {arm: np.array([per_run[(arm, s)]["d_logp_eos"] for s in seeds]) for arm in arms}
+hazard = {arm: np.array([per_run[(arm, s)]["d_hazard_len"] for s in seeds]) for arm in arms}
+d = change["plain"] - change["sc"]
+d_mean, d_half = (float(v) for v in mean_ci95(d))
+lo, hi = d_mean - d_half, d_mean + d_half
+p_primary = float(stats.ttest_1samp(d, 0.0).pvalue) if d.std() > 0 else 1.0
+half_band = abs(delta) / 2
+flags = dict(above_zero=lo > 0, below_zero=hi < 0, within_no_drift_band=-half_band < lo and hi < half_band)
+status = ("reproduced" if flags["above_zero"] else "contradicted" if flags["below_zero"]
+          else "no length drift here" if flags["within_no_drift_band"] else "not decided")
+predicted = {arm: steps * rows[arm]["d_logp_eos"] for arm in ("plain", "sc")}
+print("change in the trainer's mean log p(EOS) over the held-out prefixes, step 0 → last step (nats):")
+for arm in arms:
+    m, h = mean_ci95(change[arm])
+    mh, hh = mean_ci95(hazard[arm])
+    pred = f"predicted {predicted[arm]:+.3f}" if arm in predicted else "no prediction"
+    print(f"  {ARM_NAMES[arm]:20s}{m:+.4f} ± {h:.4f} ({pred}); hazard-implied length {mh:+.2f} ± {hh:.2f} tokens")
+print(f"PRIMARY plain − SC: {d_mean:+.4f} ± {d_half:.4f} nats, 95% interval [{lo:+.4f}, {hi:+.4f}], p = "
+      f"{p_text(p_primary)}, plain above SC in {int((d > 0).sum())}/{len(d)} seeds; predicted Δ {delta:+.4f}, "
+      f"no-drift band ± {half_band:.4f}")
+print(f"DECISION: {status}"
+      + ("  (the interval is also within the no-drift band: a drift smaller than half the prediction)"
+         if flags["above_zero"] and flags["within_no_drift_band"] else ""))
+
+final_len = {arm: np.array([eval_curve(results[(arm, s)], "eval_len")[1][-1] for s in seeds]) for arm in arms}
+secondary = []
+for a, b in [c for c in (("plain", "sc"), ("plain", "bf16"), ("sc", "bf16")) if c[0] in arms and c[1] in arms]:
+    dd = final_len[a] - final_len[b]
+    m, h = mean_ci95(dd)
+    secondary.append(dict(name=f"{a} − {b}", mean=float(m), ci95=float(h), wins=int((dd > 0).sum()), n=len(dd),
+                          p=float(stats.ttest_1samp(dd, 0.0).pvalue) if dd.std() > 0 else 1.0))
+for r, ph in zip(secondary, holm([r["p"] for r in secondary])):
+    r["p_holm"] = float(ph)
+print(f"\nlast clean evaluation's completion length (tokens, budget {max_new_tokens}): "
+      + ", ".join(f"{ARM_NAMES[a]} {final_len[a].mean():.1f}" for a in arms))
+print(f"{'secondary':16s}{'mean ± 95%':>18s}{'p':>9s}{'Holm p':>9s}{'wins':>7s}")
+for r in secondary:
+    print(f"{r['name']:16s}{r['mean']:+10.2f} ± {r['ci95']:.2f}{p_text(r['p']):>9s}{p_text(r['p_holm']):>9s}"
+          f"{r['wins']:>4d}/{r['n']}")
+
+# %% [markdown]
+# The figure: top left, each run's change in mean log p(EOS) (dots, one per seed) with the arm's mean and
+# 95% interval, and the predicted change (dash); top right, the primary per seed with its 95% interval,
+# the predicted Δ and the ± Δ/2 "no drift" band; bottom, the completion length over training, mean and
+# 95% band over seeds: the clean evaluation (left) and the sampler's training rollouts (right).
+
+# %%
+fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
+ax, bx, cx, dx = axes.ravel()
+jitter = np.linspace(-0.15, 0.15, len(seeds))
+for i, arm in enumerate(arms):
+    ax.scatter(i + jitter, change[arm], s=16, color=ARM_COLORS[arm], alpha=0.7)
+    m, h = mean_ci95(change[arm])
+    ax.errorbar(i + 0.3, m, yerr=h, fmt="s", color="k", ms=5, capsize=4)
+    if arm in predicted:
+        ax.hlines(predicted[arm], i - 0.3, i + 0.45, color=ARM_COLORS[arm], ls="--", lw=1.5)
+ax.axhline(0, color="0.3", lw=0.8)
+ax.set_xticks(range(len(arms)), [ARM_NAMES[a] for a in arms])
+ax.set_ylabel("Δ mean log p(EOS), step 0 → last (nats)")
+ax.set_title(f"per run ({len(seeds)} paired seeds; dash: predicted)", fontsize=10)
+bx.fill_between([-0.6, 1.6], -half_band, half_band, color="0.85", lw=0,
+                label=f"no-drift band ± Δ/2 = ± {half_band:.3f}")  # not a bar: the legend may overlap it
+bx.axhline(delta, color="tab:red", ls="--", lw=1.2, label=f"predicted Δ = {delta:+.3f}")
+bx.axhline(0, color="0.3", lw=0.8)
+bx.scatter(np.zeros(len(d)) + jitter, d, s=16, color="0.4", alpha=0.7, label="one seed")
+bx.errorbar(0.35, d_mean, yerr=d_half, fmt="o", color="k", lw=2.5, ms=6, capsize=5, label="mean ± 95%")
+bx.set_xlim(-0.6, 1.6)
+bx.set_xticks([])
+bx.set_ylabel("plain − SC, Δ mean log p(EOS) (nats)")
+bx.set_title(f"primary: {d_mean:+.3f} ± {d_half:.3f}, {status}", fontsize=10)
+bx.legend(fontsize=8, loc="center right")
+curves = {}
+for arm in arms:
+    x, _ = eval_curve(results[(arm, seeds[0])], "eval_len")
+    E = np.array([eval_curve(results[(arm, s)], "eval_len")[1] for s in seeds])  # (seeds, evals)
+    L = np.array([moving_average([r["completion_len"] for r in results[(arm, s)]], smooth) for s in seeds])
+    band_plot(cx, x, E, ARM_NAMES[arm], ARM_COLORS[arm], nonnegative=True)
+    band_plot(dx, np.arange(L.shape[1]), L, ARM_NAMES[arm], ARM_COLORS[arm], nonnegative=True)
+    curves[arm] = {"updates": x.tolist(), "eval_len": E.tolist(),
+                   "completion_len": [[r["completion_len"] for r in results[(arm, s)]] for s in seeds],
+                   "kl_qp": [[r.get("kl_qp") for r in results[(arm, s)]] for s in seeds]}
+cx.set_xlabel("RL updates")
+cx.set_ylabel("clean-eval completion length (tokens)")
+cx.set_title("held-out prompts, the trainer's own policy", fontsize=10)
+cx.legend(fontsize=8)
+dx.set_xlabel("RL step")
+dx.set_ylabel(f"training completion length (tokens, {smooth}-step mean)")
+dx.set_title("the sampler's rollouts", fontsize=10)
+fig.suptitle(f"Length drift under a constant reward (E[A] = {mean_advantage:g}, raw): {sampler_format} + σ "
+             f"{sampler_noise:g}, {max_new_tokens}-token budget, {steps} steps at lr {lr:g}")
+fig.tight_layout()
+check_layout(fig)
+fig.savefig(fig_dir / "14_length_drift_runs.png", dpi=100)
+plt.show()
+out = dict(
+    parameters=dict(model=model, seed=seed, sampler_format=sampler_format, sampler_noise=sampler_noise, lr=lr,
+                    mean_advantage=mean_advantage, k=k, max_new_tokens=max_new_tokens,
+                    prompts_per_step=prompts_per_step, group_size=group_size, drift_batches=drift_batches,
+                    heldout_prompts=heldout_prompts, steps=steps, arms=arms, pilot_seeds=pilot_seeds, seeds=seeds,
+                    min_seeds=min_seeds, max_seeds=max_seeds, names_target=names_target, eval_every=eval_every,
+                    eval_prompts=eval_prompts),
+    base=dict(mean_logp_eos=float(base_lp.mean()), hazard_length=float(base_len.mean()), prefixes=len(base_lp)),
+    prediction=dict(delta=delta, no_drift_half_band=half_band, per_arm=predicted),
+    pilot=dict(seeds=pilot_seeds, per_seed={f"{a} s{s}": v for (a, s), v in pilot_metric.items()},
+               plain_minus_sc=d_pilot.tolist(), sd=sd_pilot, z_sum=float(z_sum), n_formula=n_formula, n_seeds=n_seeds),
+    primary=dict(per_seed=d.tolist(), mean=d_mean, ci95=d_half, interval=[lo, hi], p=p_primary,
+                 plain_above_sc=int((d > 0).sum()), n=len(d), status=status, flags=flags),
+    per_arm={arm: dict(d_logp_eos_per_seed=change[arm].tolist(), d_hazard_len_per_seed=hazard[arm].tolist(),
+                       final_eval_len_per_seed=final_len[arm].tolist()) for arm in arms},
+    secondary=secondary, curves=curves, run_seconds=time.perf_counter() - t_runs)
+(fig_dir / "14_length_drift_runs.json").write_text(json.dumps(out, indent=1, default=float))
+print(f"wrote {figures_dir}/14_length_drift_runs.{{png,json}};  run time (after imports): "
+      f"{time.perf_counter() - t_start:.0f} s")
+
+# %% [markdown]
+# ## What we saw
+#
+# **The full run has not happened yet.** This notebook was committed before its first full-size run (it is
+# listed in `notebooks/pending.yaml`): its pre-registration (above, verbatim) and its analysis code came
+# first, and the commit of its outputs will follow them. Until then the numbers above, if any, come from a
+# shrunk run (CI's parameters), which decide nothing. Whatever the full run finds, it becomes the C7 row of
+# `docs/verdict.md`.
