@@ -13,18 +13,18 @@
 # (claim C7): pre-registration and the one-step prediction" to the end of section 2 (and the first block of the
 # parameters cell) are the record committed on 2026-12-03 in commit 778af74, before any training run of this
 # experiment (as `docs/preregistrations/14_length_drift.py`, whose note says why it lived there; this notebook
-# replaced it). Nothing in them has changed. This notebook adds only what comes after them, once the task's constant-reward option
-# (`TrainConfig.constant_reward`) existed: the runs' parameters (the parameters cell's second block), section 3
-# (the pilot and the seed count), section 4 (the paired runs), section 5 (the primary metric, the secondaries and
-# the decision, exactly as declared), the figure, and "What we saw".
+# replaced it). Nothing in them has changed. This notebook adds only what comes after them, once the task's
+# constant-reward option (`TrainConfig.constant_reward`) existed: the runs' parameters (the parameters cell's
+# second block), section 3 (the pilot and the seed count), section 4 (the paired runs), section 5 (the primary
+# metric, the secondaries and the decision, exactly as declared), the figure, and "What we saw".
 #
 # **Run time and hardware:** CPU only, no GPU. The prediction takes about 2 minutes on 2 CPU cores; each
 # 60-step run at the 96-token budget about 3.5 CPU-thread minutes (about 3.2 s per step and 2.6 s per clean
 # evaluation, timed before the first run), so the pilot (6 runs) and the paired runs (3 arms × n seeds, n ≥ 8
 # set by the pilot) take about an hour on 2 cores at 8 seeds, two runs at a time, and about 6 minutes more
-# per seed the pilot asks for beyond 8 (more on a loaded machine). Resumable: one folder per run configuration, a bar over runs. The
-# defaults write `runs/figures/14_length_drift.{png,json}` and `14_length_drift_runs.{png,json}`;
-# `make reproduce-full` writes them to `figures/`.
+# per seed the pilot asks for beyond 8 (more on a loaded machine). Resumable: one folder per run
+# configuration, a bar over runs. The defaults write `runs/figures/14_length_drift.{png,json}` and
+# `14_length_drift_runs.{png,json}`; `make reproduce-full` writes them to `figures/`.
 
 # %% [markdown]
 # # 14 · Length drift (claim C7): pre-registration and the one-step prediction
@@ -73,7 +73,7 @@ arms = ["plain", "sc", "bf16"]  # the paired arms: plain and SC at the headline 
 pilot_seeds = [1400, 1401, 1402]  # the pilot's seeds (plain and SC), never reused by the paired runs
 first_seed = 1410  # the paired runs' seeds: first_seed, first_seed + 1, ... (as many as the pilot asks)
 min_seeds = 8  # the design's floor of the seed count
-max_seeds = 40  # a ceiling the design does not name (about 2 h on 2 cores): the output says if it binds
+max_seeds = 40  # a ceiling the design does not name (about 3.5 h on 2 cores): the output says if it binds
 names_target = 1  # distinct Python names that earn the full reward (the design's; only the clean evaluation scores it)
 eval_every = 10  # steps between clean evaluations (completion length on the held-out prompts)
 eval_prompts = 64  # held-out prompts in each clean evaluation, one completion each
