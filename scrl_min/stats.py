@@ -4,8 +4,8 @@ deck compute from the metrics records of finished runs. Nothing here trains; the
 
 Reading order: `mean_ci95` (a mean over seeds with its 95% t interval) · `eval_curve`,
 `moving_average` (curves of one run) · `final_reward`, `curve_auc`, `collapsed` (one number per run) ·
-`p_text`, `holm`, `paired_contrasts`, `mcnemar_exact` (arms compared over paired seeds) · `band_plot`,
-`check_layout` (figures fit for a slide).
+`p_text`, `holm`, `paired_contrasts`, `mcnemar_exact` (arms compared over paired seeds) · `ARM_COLORS`,
+`band_plot`, `check_layout` (figures fit for a slide).
 """
 from __future__ import annotations
 
@@ -141,6 +141,14 @@ def mcnemar_exact(a, b) -> dict:
     n_ab, n_ba = int((a & ~b).sum()), int((~a & b).sum())
     p = 1.0 if n_ab + n_ba == 0 else float(stats.binomtest(n_ab, n_ab + n_ba, 0.5).pvalue)
     return dict(a_only=n_ab, b_only=n_ba, p=p)
+
+
+# One colour per arm in every figure of the notebooks and the deck (an estimator keeps its colour across
+# notebooks): the no-mismatch reference black, plain red, the importance weights warm, score centering blue,
+# its combinations blue-green, the group baseline pink.
+ARM_COLORS = {"bf16": "black", "on-policy": "black", "plain": "tab:red", "is": "tab:brown", "tis": "tab:orange",
+              "mis": "tab:purple", "sc": "tab:blue", "sc_tis": "tab:cyan", "sc_mis": "tab:green",
+              "baseline": "tab:pink", "sc_baseline": "teal"}
 
 
 def band_plot(ax, x, Y, label: str = None, color=None, lw: float = 1.5, nonnegative: bool = False, **kw):
