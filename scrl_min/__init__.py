@@ -21,8 +21,8 @@ from .torch_sampler import TorchSampler
 from .vllm_engine import PROBE_TOL, VLLMSampler, cpu_supports_fp8_kv, dense_from_flat, vllm_precision_for
 from .driver import (ARMS, EVAL_SEED, TrainConfig, Trainer, arm_config, config_id, load_policy, progress_bar,
                      read_metrics, run_grid, train, train_many, with_run_dir)
-from .stats import (ARM_COLORS, COLLAPSE_STD, band_plot, check_layout, collapsed, curve_auc, eval_curve, final_reward, holm,
-                    mcnemar_exact, mean_ci95, moving_average, p_text, paired_contrasts)
+from .stats import (ARM_COLORS, COLLAPSE_STD, band_plot, check_layout, collapsed, curve_auc, eval_curve,
+                    final_reward, holm, mcnemar_exact, mean_ci95, moving_average, p_text, paired_contrasts)
 
 # what the notebooks and scripts import (tests/test_structure.py checks that the list is exactly that)
 __all__ = [
