@@ -482,7 +482,7 @@ print(f"notebook run time (after imports): {numbers['run_time_s']:.1f} s")
 # The samplers above are the ones the experiments use. Here the mismatch becomes an axis of real
 # numerics: every sampler format of the torch sampler (`scrl_min.FORMATS`, how the decoder
 # Linears round their weights, and their activations for W8A8; all symmetric round-to-nearest, see
-# the quantization section of `scrl_min/core.py`), each with the float32 KV cache and with an FP8
+# `scrl_min/formats.py`), each with the float32 KV cache and with an FP8
 # e4m3 KV cache, and for comparison the bf16 sampler with persistent relative weight noise σ (the
 # continuous knob of notebook 02, here without FP8):
 #
