@@ -613,8 +613,10 @@ for s in SCALES:
 # file with every plotted array.
 
 # %%
-colors = {"on-policy": "black", "plain": "tab:red", "SC": "tab:blue", "TIS": "tab:orange",
-          "TIS+SC": "tab:olive", "MIS": "tab:purple", "MIS+SC": "tab:green"}
+# each arm's colour: scrl_min.ARM_COLORS, the one palette of every figure, under the arm's name there
+name_in_scrl_min = {"on-policy": "on-policy", "plain": "plain", "SC": "sc", "TIS": "tis", "TIS+SC": "sc_tis",
+                    "MIS": "mis", "MIS+SC": "sc_mis"}
+colors = {arm: scrl_min.ARM_COLORS[name_in_scrl_min[arm]] for arm in ARMS}
 styles = {"on-policy": "-", "plain": "-", "SC": "-", "TIS": "--", "TIS+SC": "--", "MIS": ":", "MIS+SC": ":"}
 # plot (and save) the curves at ~150 log-spaced steps t in 1 .. n_steps: the x axis is logarithmic
 steps = sorted({round(10 ** (i * math.log10(n_steps) / 149)) for i in range(150)})

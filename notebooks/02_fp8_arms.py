@@ -148,8 +148,7 @@ results = run_grid(jobs, workers=workers)
 # non-negative quantity: its band is clipped at 0).
 
 # %%
-colors = {"bf16": "black", "plain": "tab:red", "tis": "tab:orange", "mis": "tab:purple",
-          "sc": "tab:blue", "sc_tis": "tab:cyan", "sc_mis": "tab:green"}
+colors = scrl_min.ARM_COLORS  # one colour per arm, the same in every figure and on the slides
 fig, axes = plt.subplots(2, 2, figsize=(12, 8.5), sharex=True)
 curves = {}
 for arm in arms:

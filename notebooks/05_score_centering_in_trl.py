@@ -56,7 +56,7 @@ import numpy as np
 import torch
 from transformers import PrinterCallback, TrainerCallback
 
-from scrl_min import gather_logprobs, progress_bar, score_centered_pg_loss, REPO_ROOT
+from scrl_min import ARM_COLORS, gather_logprobs, moving_average, progress_bar, score_centered_pg_loss, REPO_ROOT
 from scrl_min.trl import task_trainer
 
 fig_dir = REPO_ROOT / figures_dir
@@ -173,28 +173,20 @@ for arm, centering in [("plain", False), ("sc", True)]:
 # | `sampling/mismatch_kl` | this trainer | k3 estimate of KL(q‖p) on sampled tokens, ≥ 0: the size of the mismatch |
 
 # %%
-def movavg(x, w):
-    x = np.asarray(x, dtype=float)
-    w = max(1, min(w, len(x)))
-    c = np.cumsum(np.insert(x, 0, 0.0))
-    return np.concatenate([c[1:w] / np.arange(1, w), (c[w:] - c[:-w]) / w])
-
-
 series = lambda arm, key: [h[key] for h in logs[arm]]
-colors = {"plain": "tab:red", "sc": "tab:blue"}
 fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharex=True)
 for arm in logs:
     x = np.arange(1, len(logs[arm]) + 1)
     for ax, key in [(axes[0, 0], "reward"), (axes[0, 1], "entropy")]:
-        ax.plot(x, movavg(series(arm, key), smooth), color=colors[arm], label=arm, lw=2)
-        ax.plot(x, series(arm, key), color=colors[arm], alpha=0.25, lw=1)
+        ax.plot(x, moving_average(series(arm, key), smooth), color=ARM_COLORS[arm], label=arm, lw=2)
+        ax.plot(x, series(arm, key), color=ARM_COLORS[arm], alpha=0.25, lw=1)
         ax.set_title(key)
 x = np.arange(1, len(logs["sc"]) + 1)
-axes[1, 0].plot(x, series("sc", "sampling/mismatch_kl"), color="tab:blue", label="sc")
+axes[1, 0].plot(x, series("sc", "sampling/mismatch_kl"), color=ARM_COLORS["sc"], label="sc")
 axes[1, 0].set_title("sampling/mismatch_kl (sc arm): KL(q‖p), k3")
 for key, style in [("score_centering/head_mass_q", "-"), ("score_centering/head_mass_p", "--"),
                    ("score_centering/rho_mean", ":")]:
-    axes[1, 1].plot(x, series("sc", key), style, color="tab:blue", label=key.split("/")[1])
+    axes[1, 1].plot(x, series("sc", key), style, color=ARM_COLORS["sc"], label=key.split("/")[1])
 axes[1, 1].set_title("the top-k head (sc arm)")
 for ax in axes.flat:
     ax.legend(fontsize=8)

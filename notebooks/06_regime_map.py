@@ -66,7 +66,7 @@ from pathlib import Path
 import numpy as np
 import matplotlib.pyplot as plt
 import scrl_min
-from scrl_min import (arm_config, check_layout, eval_curve, mean_ci95, paired_contrasts, train_many,
+from scrl_min import (arm_config, check_layout, final_reward, mean_ci95, p_text, paired_contrasts, train_many,
                       with_run_dir, REPO_ROOT, DEFAULT_MODEL_PATH)
 
 if len(seeds) < 2:
@@ -117,7 +117,7 @@ print(f"{len(jobs)} runs, {sum(r['seconds'] for recs in results.values() for r i
 # finding); every other cell is grey.
 
 # %%
-final = {k: float(np.mean(eval_curve(v)[1][-final_evals:])) for k, v in results.items()}
+final = {k: final_reward(v, final_evals) for k, v in results.items()}  # mean of the last final_evals clean evaluations
 rows = [(mode, label) for mode in modes for label, _, _ in severities]
 
 
@@ -171,8 +171,8 @@ plt.show()
 print(f"{n_holm} of {len(tests)} cells hold after Holm; {n_raw} exclude 0 at the uncorrected 95% level")
 for (mode, label, arm, base), t in tests.items():
     if abs(t["mean"]) > t["ci95"]:
-        print(f"  {mode} · {label}: {arm} − {base} {t['mean']:+.3f} ± {t['ci95']:.3f}, p {t['p']:.3f}, "
-              f"Holm p {t['p_holm']:.3f}")
+        print(f"  {mode} · {label}: {arm} − {base} {t['mean']:+.3f} ± {t['ci95']:.3f}, p {p_text(t['p'])}, "
+              f"Holm p {p_text(t['p_holm'])}")
 
 # %% [markdown]
 # ## The corrections against one another

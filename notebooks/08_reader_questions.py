@@ -64,8 +64,8 @@ import numpy as np
 import matplotlib.pyplot as plt
 import torch
 import scrl_min
-from scrl_min import (arm_config, eval_curve, mean_ci95, moving_average, train_many, with_run_dir, REPO_ROOT,
-                      DEFAULT_MODEL_PATH)
+from scrl_min import (ARM_COLORS, arm_config, band_plot, eval_curve, final_reward, mean_ci95, train_many,
+                      with_run_dir, REPO_ROOT, DEFAULT_MODEL_PATH)
 
 if len(seeds) < 2:
     raise ValueError(f"95% intervals need at least 2 seeds, got seeds={seeds}")
@@ -108,10 +108,6 @@ print(f"{len(jobs)} runs, {sum(r['seconds'] for recs in results.values() for r i
 # holds more distinct names; that part is in the reference too). Right: the clean reward, for context.
 
 # %%
-colors = {"bf16": "black", "plain": "tab:red", "tis": "tab:orange", "mis": "tab:purple",
-          "sc": "tab:blue", "sc_tis": "tab:cyan", "sc_mis": "tab:green"}
-
-
 fig, axes = plt.subplots(len(names_targets), 3, figsize=(16, 4.4 * len(names_targets)), squeeze=False)
 length = {"curves": {}, "final": {}}
 L = {(t, arm): np.array([eval_curve(results[(t, arm, s)], "eval_len")[1] for s in seeds])
@@ -123,9 +119,7 @@ for i, t in enumerate(names_targets):
         for ax, Y in ((axes[i, 0], L[(t, arm)]), (axes[i, 1], L[(t, arm)] - L[(t, ref_arm)]), (axes[i, 2], E[(t, arm)])):
             if ax is axes[i, 1] and arm == ref_arm:
                 continue
-            m, h = mean_ci95(Y)
-            ax.plot(x, m, color=colors.get(arm), label=arm, lw=2 if arm in (ref_arm, "sc") else 1.3)
-            ax.fill_between(x, m - h, m + h, color=colors.get(arm), alpha=0.12)
+            band_plot(ax, x, Y, arm, ARM_COLORS.get(arm), lw=2 if arm in (ref_arm, "sc") else 1.3)
         length["curves"][f"target={t}/{arm}"] = dict(
             updates=x.tolist(), eval_len=L[(t, arm)].tolist(), eval_reward=E[(t, arm)].tolist(),
             train_len=[[r["completion_len"] for r in results[(t, arm, s)]] for s in seeds])
@@ -152,8 +146,8 @@ print(f"{'target':>6s} {'arm':7s}{'final length':>17s}{'− ' + ref_arm:>18s}{'r
       f"{'− ' + plain_arm:>18s}{'reward':>17s}{'− ' + plain_arm:>18s}")
 fmt = lambda d, key: f"{d[key]['mean']:+.2f} ± {d[key]['ci95']:.2f}" if key in d else "—"
 for t in names_targets:
-    fin = {k: {arm: np.array([np.mean(v[(t, arm)][i][-final_evals:]) for i in range(len(seeds))]) for arm in arms}
-           for k, v in (("eval_len", L), ("eval_reward", E))}
+    fin = {key: {arm: np.array([final_reward(results[(t, arm, s)], final_evals, key) for s in seeds]) for arm in arms}
+           for key in ("eval_len", "eval_reward")}
     # the length averaged over every evaluation after the start: how soon an arm gets long, not only where it ends
     fin["eval_len_run_mean"] = {arm: L[(t, arm)][:, 1:].mean(1) for arm in arms}
     for arm in arms:

@@ -20,7 +20,11 @@
 # * **arms**: `ref` (bf16 sampler, σ = 0, no correction: no mismatch) · `ref_sc` (the same with score
 #   centering: SC with nothing to remove, so it should change nothing) · `plain` (FP8 + σ = 0.1) ·
 #   `sc` (FP8 + σ = 0.1 + score centering) · `ref_raw` (the reference with raw rewards A = r, notebook
-#   02's mode: the same run without the negative offset);
+#   02's mode: the same run without the negative offset). These are this notebook's names for
+#   `scrl_min.ARMS` presets (`ARM_PRESETS` below): `ref` is `bf16`, `ref_sc` is `bf16` with
+#   `centering=True`, `ref_raw` is `bf16` with `advantage_mode="raw"`, and `plain`, `sc` are `plain`, `sc`
+#   with `noise_std` = σ. They are kept because each run's folder is named by them (`runs_dir`), so renaming
+#   them would orphan the cached runs;
 # * **learning rate** 0.5 (the experiments' default) and 0.25;
 # * **traces**: the trainer's exact entropy per token (`entropy_p`), the completion length, ρ (the tail
 #   ratio the centering uses) and the clean reward, per step.
@@ -65,9 +69,11 @@ import json
 
 import numpy as np
 import matplotlib.pyplot as plt
-from scrl_min import (arm_config, check_layout, eval_curve, mean_ci95, moving_average, train_many, with_run_dir,
-                      REPO_ROOT, DEFAULT_MODEL_PATH)
+from scrl_min import (arm_config, check_layout, eval_curve, final_reward, mean_ci95, moving_average, train_many,
+                      with_run_dir, REPO_ROOT, DEFAULT_MODEL_PATH)
 
+# this notebook's arm name → (scrl_min.ARMS preset, fields changed from it); the names are part of the run folders'
+# names (tag + config id), so they stay, and cached runs keep their folders
 ARM_PRESETS = {"ref": ("bf16", {}), "ref_sc": ("bf16", {"centering": True}),
                "plain": ("plain", {"noise_std": noise_std}), "sc": ("sc", {"noise_std": noise_std}),
                "ref_raw": ("bf16", {"advantage_mode": "raw"})}
@@ -112,7 +118,7 @@ print(f"{len(jobs)} runs, {sum(r['seconds'] for recs in results.values() for r i
 # (`curves`).
 
 # %%
-final = {k: float(np.mean(eval_curve(v)[1][-final_evals:])) for k, v in results.items()}
+final = {k: final_reward(v, final_evals) for k, v in results.items()}  # mean of the last final_evals clean evaluations
 seed_colors = dict(zip(seeds, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4))
 curves = {}
 for name, ylabel in (("09_signed_mode", "clean eval reward"), ("09_signed_entropy", "trainer entropy (nats/token)")):

@@ -81,9 +81,9 @@ runs_dir = "runs/10_gradient_test"  # the reference run and the cached batches, 
 figures_dir = "runs/figures"  # figures and their numbers, relative to the repo root (`make reproduce-full` writes figures/)
 
 # %% [markdown]
-# The next cell imports, checks the parameters, loads the float32 trainer and the samplers, and
-# defines the one arm palette of the figures (`ARM_COLORS`: the colours notebooks 01, 02, 07, 08 and
-# 11 already give each estimator; exact IS, which they do not show, in brown).
+# The next cell imports, checks the parameters and loads the float32 trainer and the samplers. The
+# figures colour each estimator from `scrl_min.ARM_COLORS`, the one arm palette of every notebook and of
+# the slides (exact IS in brown).
 
 # %%
 import hashlib
@@ -100,13 +100,11 @@ from scipy import stats
 import torch
 
 import scrl_min
-from scrl_min import (DEFAULT_MODEL_PATH, REPO_ROOT, TorchSampler, Trainer, arm_config, check_layout,
+from scrl_min import (ARM_COLORS, DEFAULT_MODEL_PATH, REPO_ROOT, TorchSampler, Trainer, arm_config, check_layout,
                       compute_advantages, drift_and_signal, holm, load_policy, p_text, progress_bar, reduce_loss,
                       score_centered_pg_loss, trainer_logprobs, with_run_dir)
 
 t_start = time.perf_counter()
-ARM_COLORS = {"on-policy": "black", "plain": "tab:red", "is": "tab:brown", "tis": "tab:orange", "mis": "tab:purple",
-              "sc": "tab:blue", "sc_tis": "tab:olive", "sc_mis": "tab:green"}
 EST = {  # name → (label, weighting, centering)
     "plain": ("plain", "none", False), "is": ("IS (exact)", "is", False), "tis": ("TIS", "tis", False),
     "mis": ("MIS", "mis", False), "sc": (f"SC (k={k})", "none", True)}

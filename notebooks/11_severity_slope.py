@@ -164,7 +164,7 @@ for name, ph in zip(names, holm([slopes[n]["p"] for n in names])):
           f"(" + " ".join(f"{v:+.2f}" for v in s["per_seed_slopes"]) + ")")
 
 # %%
-colors = {"plain": "tab:red", "tis": "tab:orange", "mis": "tab:purple", "sc": "tab:blue", "sc_mis": "tab:green"}
+colors = scrl_min.ARM_COLORS  # one colour per arm, the same in every figure and on the slides
 fig, axes = plt.subplots(1, 1 + len(contrasts), figsize=(5 * (1 + len(contrasts)), 4.6))
 by_kl = sorted(rungs, key=lambda r: per_rung[r]["kl_run_mean"])  # lines join rungs in order of their KL
 xk = np.array([per_rung[r]["kl_run_mean"] for r in by_kl])

@@ -39,6 +39,6 @@ __all__ = [
     "ARMS", "EVAL_SEED", "TrainConfig", "Trainer", "arm_config", "load_policy", "progress_bar", "run_grid", "train_many",
     "with_run_dir",
     # statistics and figures (stats.py)
-    "COLLAPSE_STD", "band_plot", "check_layout", "collapsed", "curve_auc", "eval_curve", "final_reward", "holm",
-    "mcnemar_exact", "mean_ci95", "moving_average", "p_text", "paired_contrasts",
+    "ARM_COLORS", "COLLAPSE_STD", "band_plot", "check_layout", "collapsed", "curve_auc", "eval_curve", "final_reward",
+    "holm", "mcnemar_exact", "mean_ci95", "moving_average", "p_text", "paired_contrasts",
 ]

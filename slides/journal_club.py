@@ -38,7 +38,7 @@ REPO = Path.cwd()
 FIG = REPO / "figures"
 sys.path.insert(0, str(REPO / "scripts"))
 import verdict  # noqa: E402  (the verdict page's own rule, from the same JSON)
-from scrl_min import mean_ci95, p_text  # noqa: E402
+from scrl_min import ARM_COLORS, mean_ci95, p_text  # noqa: E402
 
 rs = verdict.tested_rows()  # every reward contrast under the rule: pooled over CPU models, Holm within its family
 slopes = verdict.slope_rows()
@@ -53,8 +53,10 @@ plt.rcParams.update({"font.size": LABEL_PT, "axes.titlesize": LABEL_PT + 2, "axe
                      "xtick.labelsize": LABEL_PT, "ytick.labelsize": LABEL_PT, "legend.fontsize": LABEL_PT,
                      "lines.linewidth": 3, "lines.markersize": 10, "axes.spines.top": False,
                      "axes.spines.right": False})
-ARM = {"bf16": ("bf16\n(no mismatch)", "0.35"), "plain": ("plain", "tab:red"), "tis": ("TIS", "tab:orange"),
-       "mis": ("MIS", "tab:purple"), "sc": ("SC", "tab:blue"), "sc_mis": ("SC + MIS", "tab:green")}
+# an arm's label on the slides, and its colour: scrl_min.ARM_COLORS, the one palette of the notebooks' figures too
+ARM = {arm: (label, ARM_COLORS[arm]) for arm, label in (("bf16", "bf16\n(no mismatch)"), ("plain", "plain"),
+                                                         ("tis", "TIS"), ("mis", "MIS"), ("sc", "SC"),
+                                                         ("sc_mis", "SC + MIS"))}
 
 
 def load(name, fig=FIG):
@@ -162,11 +164,11 @@ m = load("12_method_note.json")
 if m:
     bias = m["relative_bias_per_prefix"]
     prefixes = list(bias)
-    shown = [("plain", "plain", "tab:red"), ("sc", "SC", "tab:blue"), ("is", "exact token IS", "0.35")]
+    shown = [("plain", "plain"), ("sc", "SC"), ("is", "exact token IS")]
     fig, ax = plt.subplots(figsize=(11.5, 3.9))
     x = np.arange(len(prefixes))
-    for j, (key, label, color) in enumerate(shown):
-        ax.bar(x + (j - 1) * 0.27, [bias[p][key] for p in prefixes], 0.27, color=color, label=label)
+    for j, (key, label) in enumerate(shown):
+        ax.bar(x + (j - 1) * 0.27, [bias[p][key] for p in prefixes], 0.27, color=ARM_COLORS[key], label=label)
     ax.set_xticks(x, [f"prefix {p}" for p in prefixes])
     ax.set_ylabel("‖E[update] − g*‖ / ‖g*‖")
     ax.set_ylim(0, 1.3 * max(bias[p]["plain"] for p in prefixes))
@@ -232,7 +234,7 @@ if h and fam02:
     for x, arm in enumerate(arms):
         seeds = np.mean([d["final"][arm]["final_eval_per_seed"] for d in reps], axis=0)
         mean, half = mean_ci95(seeds)
-        label, color = ARM.get(arm, (arm, "k"))
+        label, color = ARM.get(arm, (arm, ARM_COLORS.get(arm, "k")))
         ax.plot(x + np.linspace(-0.18, 0.18, len(seeds)), seeds, "o", color=color, alpha=0.55)
         ax.errorbar(x + 0.3, mean, yerr=half, fmt="s", color="k", capsize=6, lw=3)
     ax.set_xticks(range(len(arms)), [ARM.get(a, (a,))[0] for a in arms])
@@ -295,7 +297,7 @@ display(Markdown(
 d11 = load("11_severity_slope.json")
 if d11 and slopes:
     fig, ax = plt.subplots(figsize=(11.5, 3.9))
-    for k, (name, color) in enumerate((("sc − plain", "tab:blue"), ("sc − mis", "tab:purple"))):
+    for k, (name, color) in enumerate((("sc − plain", ARM_COLORS["sc"]), ("sc − mis", ARM_COLORS["mis"]))):
         rows11 = [verdict._find(rs, "11", name, f"{rung}, ") for rung in d11["rungs"]]
         kl = np.array([r["kl"] for r in rows11]) * (1.06 if k else 1 / 1.06)
         ax.errorbar(kl, [r["mean"] for r in rows11], yerr=[r["ci95"] for r in rows11], fmt="o", color=color,
