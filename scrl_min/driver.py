@@ -25,7 +25,7 @@ import torch
 from .core import (ADVANTAGE_MODES, DEFAULT_MODEL_PATH, LEVELS, MIS_BAND, REPO_ROOT, TIS_CAP, WEIGHTING, WEIGHTINGS,
                    ScrlError, StepConfig, encode_prompt, make_task_dataset, rl_step, task_rewards)
 from .formats import FP8_BACKEND, FP8_BACKENDS, KV_CACHES, PRECISIONS
-from .torch_sampler import TorchSampler
+from .torch_sampler import STALENESS_SCHEDULES, TorchSampler
 from .vllm_engine import VLLM_PRECISIONS, VLLMSampler, vllm_precision_for
 
 OPTIMIZERS = ("sgd", "adam")
@@ -33,7 +33,8 @@ SAMPLERS = ("torch", "vllm")  # rollout engines: TorchSampler, VLLMSampler
 # the choices of TrainConfig's string fields (checked in __post_init__, offered by the CLI)
 CHOICES = dict(advantage_mode=ADVANTAGE_MODES, optimizer=OPTIMIZERS, sampler=SAMPLERS,
                sampler_precision=PRECISIONS, kv_cache=KV_CACHES, vllm_precision=("auto", *VLLM_PRECISIONS),
-               weighting=WEIGHTINGS, weight_level=LEVELS, fp8_backend=FP8_BACKENDS)
+               weighting=WEIGHTINGS, weight_level=LEVELS, fp8_backend=FP8_BACKENDS,
+               staleness_schedule=STALENESS_SCHEDULES)
 
 
 def arg(default, help: str):
@@ -71,6 +72,8 @@ class TrainConfig:
     fp8_backend: str = arg(FP8_BACKEND, "scaled_mm (torch._scaled_mm) | emulated (same e4m3 numbers, fp32 GEMM)")
     noise_std: float = arg(0.1, "σ: persistent relative weight noise on the sampler; 0 turns it off")
     staleness: int = arg(0, "s: the sampler's weights lag the trainer by s steps")
+    staleness_schedule: str = arg("constant", "constant: the sampler holds the weights of s steps ago | refresh: "
+                                              "refreshed every s + 1 steps, its lag cycles 0..s (the article's)")
     # --- the loss
     weighting: str = arg(WEIGHTING, "importance weight f(r): none | is | tis | mis | icepop")
     centering: bool = arg(True, "score centering: subtract the top-k estimate of the drift")
@@ -138,7 +141,7 @@ ARMS = {
 RUN_BOOKKEEPING = ("steps", "progress", "out_dir", "checkpoint_every")
 # Fields added after runs were named: left out of config_id while they hold their default, so every
 # config that existed before them keeps its id (and its run folder resumes).
-HASHED_UNLESS_DEFAULT = ("kv_cache", "constant_reward")
+HASHED_UNLESS_DEFAULT = ("kv_cache", "constant_reward", "staleness_schedule")
 # Bumped when the trainer makes different runs from the same config (v2: paired random streams and
 # held-out prompts), so that config_id names new folders and an old run is never resumed as a new one.
 TRAINER_VERSION = 2
@@ -354,10 +357,11 @@ def make_sampler(cfg: "TrainConfig", model_config, k: int):
     if cfg.sampler == "torch":
         return TorchSampler(model_config, precision=cfg.sampler_precision, k=k, temperature=cfg.temperature,
                             noise_std=cfg.noise_std, staleness=cfg.staleness, seed=cfg.seed,
-                            fp8_backend=cfg.fp8_backend, kv_cache=cfg.kv_cache)
+                            fp8_backend=cfg.fp8_backend, kv_cache=cfg.kv_cache,
+                            staleness_schedule=cfg.staleness_schedule)
     return VLLMSampler(cfg.model, precision=vllm_precision_for(cfg.sampler_precision, cfg.vllm_precision),
                        k=k, temperature=cfg.temperature, seed=cfg.seed, noise_std=cfg.noise_std,
-                       staleness=cfg.staleness, kv_cache_gib=0.5)
+                       staleness=cfg.staleness, staleness_schedule=cfg.staleness_schedule, kv_cache_gib=0.5)
 
 
 class Trainer:

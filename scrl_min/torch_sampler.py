@@ -3,7 +3,7 @@
 in `core.py`: a validated `Rollout` (completions, the sampler's log-prob of each sampled token, its
 top-k head).
 
-Reading order: `_WeightQueue` (weight sync shared with the vLLM sampler: staleness and noise) ·
+Reading order: `_WeightQueue` (weight sync shared with the vLLM sampler: staleness, its schedule, and noise) ·
 `TorchSampler` (`push_weights`, `generate`).
 """
 from __future__ import annotations
@@ -67,28 +67,46 @@ def _noise_factors(state_dict: dict, std: float, seed: int) -> dict:
             if v.is_floating_point() and v.dim() >= 2}
 
 
-class _WeightQueue:
-    """Weight sync shared by the samplers: staleness s (the sampler holds the weights of s pushes
-    ago) and persistent relative weight noise σ (drawn once at the first push). Subclasses
-    implement `_load(state_dict)`, which receives the stale, noisy weights."""
+STALENESS_SCHEDULES = ("constant", "refresh")  # how a stale sampler's weights lag the trainer's
 
-    def _init_queue(self, staleness: int, noise_std: float, seed: int) -> None:
+
+class _WeightQueue:
+    """Weight sync shared by the samplers: staleness s, on one of two schedules, and persistent
+    relative weight noise σ (drawn once at the first push). Subclasses implement `_load(state_dict)`,
+    which receives the stale, noisy weights.
+
+    Push n carries the trainer's weights θ_n after n updates (push 0: the starting weights), and the
+    step after push n samples with the weights the queue loaded:
+      constant: θ_{max(0, n − s)}: the sampler always holds the weights of s pushes ago (lag s);
+      refresh:  θ_{(s + 1)·⌊n / (s + 1)⌋}: its weights are refreshed every s + 1 pushes, so the lag
+                cycles 0, 1, ..., s (the article's "staleness s"; its mean lag is s / 2).
+    Either way the queue holds the pushes from the loaded one on (at most s + 1), and its first entry
+    is the one loaded, so `queue_state` / `restore_queue` resume a run mid-cycle exactly."""
+
+    def _init_queue(self, staleness: int, noise_std: float, seed: int, schedule: str = "constant") -> None:
         if staleness < 0:
             raise ScrlError(f"staleness must be >= 0, got {staleness}")
         if noise_std < 0:
             raise ScrlError(f"noise_std must be >= 0, got {noise_std}")
+        if schedule not in STALENESS_SCHEDULES:
+            raise ScrlError(f"unknown staleness schedule {schedule!r}; choose one of {STALENESS_SCHEDULES}")
         self.noise_std, self.staleness, self.seed = noise_std, staleness, seed
-        self._queue = deque(maxlen=staleness + 1)  # weights pushed, oldest first
+        self.staleness_schedule = schedule
+        self._queue = deque(maxlen=staleness + 1)  # weights pushed, oldest (the loaded one) first
         self._noise = None
 
     def push_weights(self, state_dict: dict) -> None:
-        """Receive the trainer's weights; load the ones from `staleness` pushes ago."""
+        """Receive the trainer's weights; load the ones the schedule gives (class docstring)."""
+        refresh = self.staleness_schedule == "refresh" and len(self._queue) == self._queue.maxlen
+        if refresh:  # s + 1 pushes since the last refresh: this push is the next one
+            self._queue.clear()
         self._queue.append({k: v.detach().to("cpu", torch.float32, copy=True)
                             for k, v in state_dict.items()})
-        self._load(self._noisy(self._queue[0]))
+        if self.staleness_schedule == "constant" or len(self._queue) == 1:
+            self._load(self._noisy(self._queue[0]))
 
     def queue_state(self) -> list:
-        """The pushed weights still held (for checkpointing a stale sampler)."""
+        """The pushed weights still held (for checkpointing a stale sampler): the loaded ones first."""
         return list(self._queue)
 
     def restore_queue(self, queue: list) -> None:
@@ -109,7 +127,8 @@ class _WeightQueue:
 
 class TorchSampler(_WeightQueue):
     """The policy as a rollout engine, with optional persistent weight noise (mismatch severity σ)
-    and staleness s (weights lag by s pushes).
+    and staleness s (weights lag by s pushes; staleness_schedule "constant" or "refresh", see
+    `_WeightQueue`).
 
     precision: "fp32" (an exact copy: on-policy) · "bf16" (weights rounded to bf16) · a quantized
     format of `FORMATS` ("fp8" = W8A8 e4m3, "fp8_e5m2", "int8", "int8_w8a8", "int4_g128",
@@ -129,7 +148,7 @@ class TorchSampler(_WeightQueue):
 
     def __init__(self, config, precision: str = "fp8", k: int = 128, temperature: float = 1.0,
                  noise_std: float = 0.0, staleness: int = 0, seed: int = 0,
-                 fp8_backend: str = FP8_BACKEND, kv_cache: str = "auto"):
+                 fp8_backend: str = FP8_BACKEND, kv_cache: str = "auto", staleness_schedule: str = "constant"):
         from transformers import AutoModelForCausalLM
 
         if precision not in PRECISIONS:
@@ -140,7 +159,7 @@ class TorchSampler(_WeightQueue):
             raise ScrlError(f"head size k={k} must be in [1, vocab size {config.vocab_size}]")
         if temperature <= 0:
             raise ScrlError(f"temperature must be > 0, got {temperature}")
-        self._init_queue(staleness, noise_std, seed)
+        self._init_queue(staleness, noise_std, seed, staleness_schedule)
         self.precision, self.k, self.temperature = precision, k, temperature
         self.kv_cache, self.vocab_size = kv_cache, config.vocab_size
         config = copy.deepcopy(config)  # the sampler's own: its attention choice must not reach the trainer's

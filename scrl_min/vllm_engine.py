@@ -115,7 +115,9 @@ class VLLMSampler(_WeightQueue):
     """The policy as a vLLM engine, with the `TorchSampler` interface the trainer uses.
 
     model: checkpoint directory (config.json, safetensors, tokenizer) the engine starts from.
-    noise_std, staleness: persistent relative weight noise σ and staleness s, as in TorchSampler.
+    noise_std, staleness, staleness_schedule: persistent relative weight noise σ and staleness s on
+      its schedule ("constant" lag or "refresh" every s + 1 pushes), as in TorchSampler: the same
+      `_WeightQueue`, so an engine reload happens only when the queue loads other weights.
     precision: "bf16" | "fp8_kv" | "fp8" (GPU only), see the notes at the top of the vLLM sampler section.
     k: the size of the returned head H; None means min(128, V). The engine is built with
       max_logprobs = k. temperature: sampling temperature T (q = softmax(z / T)). seed: engine
@@ -134,7 +136,7 @@ class VLLMSampler(_WeightQueue):
 
     def __init__(self, model: str = str(DEFAULT_MODEL_PATH), precision: str = "bf16",
                  k: Optional[int] = None, temperature: float = 1.0, seed: int = 0, *,
-                 noise_std: float = 0.0, staleness: int = 0,
+                 noise_std: float = 0.0, staleness: int = 0, staleness_schedule: str = "constant",
                  top_p: float = 1.0, filter_top_k: int = 0, min_p: float = 0.0,
                  max_model_len: int = 512, kv_cache_gib: float = 1.0,
                  gpu_memory_utilization: float = 0.3, llm=None,
@@ -167,7 +169,7 @@ class VLLMSampler(_WeightQueue):
         self.precision, self.k, self.temperature, self.seed = precision, k, temperature, seed
         self.verify_push = verify_push
         self.probe_tol = PROBE_TOL[precision] if probe_tol is None else probe_tol
-        self._init_queue(staleness, noise_std, seed)
+        self._init_queue(staleness, noise_std, seed, staleness_schedule)
         kv_dtype = "auto" if precision == "bf16" else "fp8"
         self._owns_llm = llm is None
         self._engine_log = _EngineLog()  # the engine's start-up and weight-load chatter

@@ -171,6 +171,77 @@ def test_staleness_and_persistent_noise(policy):
     assert 0.03 < (f0 - 1).std() < 0.07
 
 
+def _expected_snapshot(n: int, s: int, schedule: str) -> int:
+    """The weights the step after push n samples with, by the schedule's definition (written out here,
+    independently of the queue): constant lag s, or a refresh every s + 1 pushes."""
+    return max(0, n - s) if schedule == "constant" else (s + 1) * (n // (s + 1))
+
+
+@pytest.mark.parametrize("schedule", ["constant", "refresh"])
+def test_staleness_schedule_samples_with_the_expected_snapshot(policy, schedule):
+    """After each push n, the sampler's log-probs of its own samples are those of the snapshot the schedule
+    names (a teacher-forced forward of every snapshot, the nearest one must be it, to 1e-4), and no other."""
+    model, tok = policy
+    s, pushes = 2, 8
+    g = torch.Generator().manual_seed(11)
+    snaps = [{k: v + 0.02 * n * torch.randn(v.shape, generator=g) if v.is_floating_point() and v.dim() >= 2 else v
+              for k, v in model.state_dict().items()} for n in range(pushes)]  # θ_0 (unchanged), θ_1, ...
+    refs = []
+    for sd in snaps:
+        m = type(model)(model.config).eval()
+        m.load_state_dict(sd)
+        refs.append(m)
+    sampler = TorchSampler(model.config, precision="fp32", k=4, staleness=s, staleness_schedule=schedule)
+    prompts = prompts_of(tok, 2)
+    used = []
+    for n in range(pushes):
+        sampler.push_weights(snaps[n])
+        ro = sampler.generate(prompts, 5, tok.eos_token_id, tok.pad_token_id, torch.Generator().manual_seed(n))
+        m = ro.completion_mask
+        with torch.no_grad():
+            gaps = [(trainer_logprobs(r, ro, 1.0)[0] - ro.sampler_logp)[m].abs().max().item() for r in refs]
+        used.append(min(range(pushes), key=gaps.__getitem__))
+        assert gaps[used[-1]] < 1e-4 and sorted(gaps)[1] > 1e-3, (n, gaps)  # one snapshot fits, the others do not
+    assert used == [_expected_snapshot(n, s, schedule) for n in range(pushes)], used
+    expected = {"constant": [0, 0, 0, 1, 2, 3, 4, 5], "refresh": [0, 0, 0, 3, 3, 3, 6, 6]}[schedule]
+    assert used == expected  # lag s every step vs the lag cycling 0, 1, 2 (refresh every s + 1 = 3 pushes)
+
+
+def test_staleness_schedule_loads_only_at_a_refresh_and_resumes_mid_cycle():
+    """The weight queue shared by both samplers (torch and vLLM): which pushes reach `_load` (an engine
+    reload) under each schedule, and a queue restored mid-cycle (`queue_state` → `restore_queue`, as a
+    checkpoint does) continues the cycle exactly."""
+    from scrl_min.torch_sampler import _WeightQueue
+
+    class Recorder(_WeightQueue):
+        def __init__(self, s, schedule):
+            self._init_queue(s, 0.0, 0, schedule)
+            self.loads = []
+
+        def _load(self, sd):
+            self.loads.append(int(sd["n"]))
+
+    for schedule, loads in (("constant", [0, 0, 0, 1, 2, 3, 4]), ("refresh", [0, 3, 6])):
+        q = Recorder(2, schedule)
+        for n in range(7):
+            q.push_weights({"n": torch.tensor(n)})
+        assert q.loads == loads, (schedule, q.loads)
+    for cut in range(1, 7):  # interrupt after push `cut`, restore into a fresh queue, push the rest
+        a, b = Recorder(2, "refresh"), Recorder(2, "refresh")
+        for n in range(cut + 1):
+            a.push_weights({"n": torch.tensor(n)})
+        b.restore_queue(a.queue_state())
+        loaded = [b.loads[-1]]  # the restored queue loads its first entry: the weights the next step uses
+        for n in range(cut + 1, 9):
+            b.push_weights({"n": torch.tensor(n)})
+            loaded.append(b.loads[-1])
+        assert loaded == [_expected_snapshot(n, 2, "refresh") for n in range(cut, 9)], (cut, loaded)
+    with pytest.raises(ScrlError, match="unknown staleness schedule 'cyclic'"):
+        Recorder(2, "cyclic")
+    with pytest.raises(ScrlError, match="unknown staleness_schedule 'cyclic'"):
+        TrainConfig(staleness_schedule="cyclic")
+
+
 def test_fp8_sampler_mismatch_is_real_and_small(policy):
     model, tok = policy
     s = TorchSampler(model.config, precision="fp8", k=8)
@@ -299,6 +370,32 @@ def test_resume_after_interrupt_reproduces_the_uninterrupted_run(tmp_path):
     for a, b in zip(full, resumed):
         assert a["reward"] == b["reward"]
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-7)
+
+
+def test_refresh_schedule_resumed_mid_cycle_reproduces_the_uninterrupted_run(tmp_path):
+    """staleness 2 on the refresh schedule (an exact fp32 sampler: staleness is the only mismatch), interrupted
+    with its checkpoint after step 1 (the sampler's queue mid-cycle: it holds θ_0, θ_1 and samples with θ_0),
+    resumes to the uninterrupted run's steps; the schedule is really in effect (the constant-lag run of the
+    same seed agrees up to step 2 and differs at step 3, where refresh loads θ_3: on-policy again)."""
+    cfg = dict(staleness=2, staleness_schedule="refresh", sampler_precision="fp32", noise_std=0.0, **SMALL)
+    full = Trainer(scrl_min.arm_config("plain", steps=5, out_dir=str(tmp_path / "a"), **cfg)).train()
+    part = Trainer(scrl_min.arm_config("plain", steps=5, out_dir=str(tmp_path / "b"), **cfg))
+    part.resume()
+    for _ in range(3):  # three steps logged, the checkpoint from after step 1
+        part.run.append(part.train_step())
+        if part.step == 1:
+            part.save_checkpoint()
+            assert len(part.sampler.queue_state()) == 2  # mid-cycle
+    resumed = Trainer(scrl_min.arm_config("plain", steps=5, out_dir=str(tmp_path / "b"), **cfg)).train()
+    assert [r["step"] for r in resumed] == [0, 1, 2, 3, 4]
+    for a, b in zip(full, resumed):
+        assert a["reward"] == b["reward"]
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-7)
+        assert a["kl_qp"] == pytest.approx(b["kl_qp"], rel=1e-5, abs=1e-7)
+    const = Trainer(scrl_min.arm_config("plain", steps=5, out_dir=str(tmp_path / "c"),
+                                        **{**cfg, "staleness_schedule": "constant"})).train()
+    assert [r["kl_qp"] for r in const[:3]] == pytest.approx([r["kl_qp"] for r in full[:3]], rel=1e-5, abs=1e-7)
+    assert full[3]["kl_qp"] < 1e-4 < const[3]["kl_qp"]  # refresh: on-policy at step 3; constant: 2 steps stale
 
 
 def test_resume_refuses_a_different_config(tmp_path):

@@ -95,8 +95,9 @@ HASHED_FIELDS = {
     "advantage_mode", "centering", "constant_reward", "eval_every", "eval_prompts", "fp8_backend", "group_size", "k", "kv_cache",
     "lr", "max_grad_norm", "max_new_tokens", "measure_drift", "mis_band", "model", "n_prompts", "names_target",
     "noise_std", "optimizer", "prompts_per_step", "sampler", "sampler_precision", "seed", "staleness",
+    "staleness_schedule",
     "temperature", "tis_cap", "vllm_precision", "weight_level", "weighting"}
-UNLESS_DEFAULT = {"kv_cache", "constant_reward"}
+UNLESS_DEFAULT = {"kv_cache", "constant_reward", "staleness_schedule"}
 # config_id of every arm (model given as a relative path: the default is the checkout's absolute path)
 ARM_IDS = {"bf16": "4ab6877d", "plain": "7aa14ebf", "tis": "a7bd03c6", "mis": "d607cda6", "sc": "503fc9a5",
            "sc_tis": "f5c8a63e", "sc_mis": "ea64a3bd"}
