@@ -142,8 +142,10 @@
 # The 316 runs take longer than one working session of the 2-core machines this project runs on, and the machine
 # (and its CPU model) can change between sessions. So: **where the runs are kept**: `make reproduce-full` trains
 # into `results/13_confirmatory/` (one folder per run, committed without checkpoints: `config.json`,
-# `metrics.jsonl`, `sampler.json`, `machine.json`); a finished run is read back, never retrained. Only seeds whose
-# every run (both families) finished are committed, so **each seed's runs come from one machine**. **Pooling over
+# `metrics.jsonl`, `sampler.json`, `machine.json`); a finished run is read back, never retrained. A family's seed
+# is committed only when all its runs in that family have finished, so **within a family, each seed's runs come from
+# one machine** (family B's runs follow all of family A's, so a seed's two families may come from two machines; only
+# the descriptive lr 0.5 vs lr 0.25 comparison crosses families). **Pooling over
 # CPU models**, as `docs/verdict.md` rules: every test above pools all seeds (a seed is one unit; nothing changes
 # in the hypotheses, the metrics, the margins or Holm). Where the seeds ran on more than one CPU kind
 # (`machine.json`: AMX, AVX-512 or AVX2), each row also reports the per-kind mean ± 95% and a heterogeneity test
