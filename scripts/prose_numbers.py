@@ -1,0 +1,229 @@
+"""Bind every measured number quoted in a notebook's results prose to the JSON value it quotes.
+
+    python scripts/prose_numbers.py            # check: every quoted number bound, every bound value rounds to it
+    python scripts/prose_numbers.py --update   # (re)bind the numbers that changed, keep the rest, report unbound
+
+The results prose is the markdown from a notebook's "## What we saw" / "## What the ... show(s)" heading to its end.
+A quoted number is a decimal (0.213, −0.19, 3.36%, 1.5e-2; integers are counts and are not checked) that is not a
+bound such as "p < 0.001". `notebooks/prose_numbers.yaml` binds each one, in the order they appear, to a value in
+the notebook's own JSON (figures/NN_*.json, figures/other_cpu/NN_*.json) or the verdict's (figures/verdict_forest.json):
+`{text, before, json, path}`; `path` is a list of keys and list indices. A number in no JSON but printed by one of
+the notebook's own cells is bound to that cell's output (`output_of_cell`: the number as written must appear there).
+A number in neither (a ratio of two quoted numbers, a figure from another notebook or the literature) carries
+`unbound: <why>` instead, written by hand. The check (tests/test_prose_numbers.py) fails when a quoted number has no
+binding (the prose changed: rerun with --update), when a binding's value no longer rounds to the quoted text (the
+JSON changed under the prose: a rerun that needs its prose rewritten), or when a bound number's text changed.
+
+Binding picks, among the JSON values that round to the number (the number's own decimals; a percentage is the
+value × 100; a magnitude may quote |value|), the one whose key path shares the most words with the 80 characters
+before the number, then the shortest path; values inside long numeric lists (curves over steps) are not used.
+What this does not prove: that a first binding picked the value the sentence means (it is a best guess by context;
+a wrong number written by hand can bind to a coincidental value). Its guarantee is the other way round: once bound,
+a number cannot silently outlive a rerun that moves its value, and a number with no source must say why.
+Settings (after σ, T, lr, k, C, α, margin) and bounds (after <, >, ≤, ≥, ≈) are not quoted numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+LOCK = REPO / "notebooks" / "prose_numbers.yaml"
+RESULTS_HEADING = re.compile(r"^#+\s*What (we saw|the [\w ]+ shows?)\b", re.M)
+# a decimal or scientific number, optional sign (unicode minus too) and percent; not part of a word or a version
+NUMBER = re.compile(r"(?<![\w.\-−/])([+\-−]?)"
+                    r"(\d{1,3}(?:,\d{3})+\.\d+|\d+\.\d+(?:e[+\-−]?\d+)?|\d+e[+\-−]\d+)(%?)(?!\w|\.\d)")
+BOUND_BEFORE = re.compile(r"(?:[<>≤≥≈~]|at most|below|above)\s*$")
+# a setting, not a measurement: σ 0.1, T = 0.7, lr 0.25, k = 128, C = 2, α = 0.05, margin ±0.05
+SETTING_BEFORE = re.compile(r"(?:σ|\b(?:T|lr|k|C|α|margin))\s*[=:]?\s*±?$")
+MAX_LIST = 40  # numeric lists longer than this are curves over steps: their values are not bound
+
+
+def results_prose(nb) -> str:
+    """The markdown of the results section: from the first results heading to the end, cells joined by blank lines."""
+    cells = [c.source for c in nb.cells if c.cell_type == "markdown"]
+    start = next((i for i, src in enumerate(cells) if RESULTS_HEADING.search(src)), None)
+    return "" if start is None else "\n\n".join(cells[start:])
+
+
+def quoted_numbers(text: str) -> list:
+    """[(text as written, value, decimals, percent, the 80 characters before)] of the measured numbers in `text`."""
+    out = []
+    for m in NUMBER.finditer(text):
+        before = text[max(0, m.start() - 80):m.start()]
+        if BOUND_BEFORE.search(before.replace("\n", " ")) or SETTING_BEFORE.search(before.replace("\n", " ")):
+            continue
+        sign, body, pct = m.groups()
+        plain = body.replace(",", "").replace("−", "-")
+        mant, _, exp = plain.partition("e")
+        decimals = (len(mant.split(".")[1]) if "." in mant else 0) - (int(exp) if exp else 0)
+        value = float(plain) * (-1 if sign in ("-", "−") else 1)
+        out.append((m.group(0), value, decimals, bool(pct), before))
+    return out
+
+
+def sources(stem: str) -> dict:
+    """{json file relative to the repo: its content} that a notebook's prose may quote."""
+    files = sorted((REPO / "figures").glob(f"{stem[:2]}_*.json")) + sorted(
+        (REPO / "figures" / "other_cpu").glob(f"{stem[:2]}_*.json")) + [REPO / "figures" / "verdict_forest.json"]
+    return {str(f.relative_to(REPO)): json.loads(f.read_text()) for f in files if f.exists()}
+
+
+def leaves(obj, path=()):
+    """(path, value) of every number in a JSON tree, skipping numeric lists longer than MAX_LIST."""
+    if isinstance(obj, bool):
+        return
+    if isinstance(obj, (int, float)):
+        yield path, float(obj)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from leaves(v, path + (k,))
+    elif isinstance(obj, list):
+        if len(obj) > MAX_LIST and all(isinstance(v, (int, float)) for v in obj):
+            return
+        for i, v in enumerate(obj):
+            yield from leaves(v, path + (i,))
+
+
+def rounds_to(value: float, quoted: float, decimals: int, pct: bool) -> bool:
+    """Whether `value` (from the JSON) printed with the quote's decimals gives the quote (or its magnitude)."""
+    v = value * 100 if pct else value
+    tol = 0.5 * 10.0 ** -decimals * (1 + 1e-9) + 1e-12
+    return abs(v - quoted) <= tol or abs(abs(v) - abs(quoted)) <= tol
+
+
+def words(s: str) -> set:
+    return {w for w in re.split(r"[^a-z0-9]+", s.lower()) if w and not w.isdigit()}
+
+
+def bind(number, srcs: dict):
+    """The best (json, path) whose value rounds to `number`, or None."""
+    text, value, decimals, pct, before = number
+    context, best = words(before[-80:]), None
+    for name, data in srcs.items():
+        for path, v in leaves(data):
+            if rounds_to(v, value, decimals, pct):
+                score = (len(context & words(" ".join(map(str, path)))), -len(path), name.startswith("figures/0"))
+                if best is None or score > best[0]:
+                    best = (score, name, list(path))
+    return None if best is None else (best[1], best[2])
+
+
+def output_texts(nb) -> list:
+    """The text outputs of each cell (index in nb.cells → text), with unicode minus written as '-'."""
+    out = {}
+    for i, c in enumerate(nb.cells):
+        if c.cell_type == "code":
+            out[i] = "\n".join(o.get("text") or "".join(o.get("data", {}).get("text/plain", ""))
+                               for o in c.get("outputs", [])).replace("−", "-")
+    return out
+
+
+def in_output(text: str, outs: dict):
+    """The first code cell whose printed output shows `text` as written (sign aside), or None."""
+    bare = re.sub(r"^[+\-−]", "", text).replace("−", "-")
+    pattern = re.compile(r"(?<![\w.])[+\-]?" + re.escape(bare) + r"(?![\w.])")
+    return next((i for i, t in outs.items() if pattern.search(t)), None)
+
+
+def value_at(data, path):
+    for k in path:
+        data = data[k]
+    return data
+
+
+def notebooks() -> list:
+    """The notebooks with committed outputs and a results section."""
+    out = []
+    for p in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        nb = nbformat.read(p, as_version=4)
+        if "scrl_min_run" in nb.metadata and results_prose(nb):
+            out.append((p.stem, nb))
+    return out
+
+
+def check(lock: dict) -> list:
+    """Problems, one line each (empty when every quoted number is bound and still true)."""
+    problems = []
+    for stem, nb in notebooks():
+        nums, entries, srcs = quoted_numbers(results_prose(nb)), lock.get(stem) or [], sources(stem)
+        if len(nums) != len(entries):
+            problems.append(f"{stem}: {len(nums)} quoted numbers, {len(entries)} bindings: the prose changed, "
+                            f"run scripts/prose_numbers.py --update")
+        for (text, value, decimals, pct, before), e in zip(nums, entries):
+            where = f"{stem}: '{text}' after '…{before[-40:]}'".replace("\n", " ")
+            if e["text"] != text:
+                problems.append(f"{where}: bound to '{e['text']}': the prose changed, run --update")
+            elif "unbound" in e:
+                continue
+            elif "output_of_cell" in e:
+                if in_output(text, {e["output_of_cell"]: output_texts(nb).get(e["output_of_cell"], "")}) is None:
+                    problems.append(f"{where}: cell {e['output_of_cell']}'s output no longer shows it")
+            elif e["json"] not in srcs:
+                problems.append(f"{where}: {e['json']} is gone")
+            else:
+                try:
+                    v = value_at(srcs[e["json"]], e["path"])
+                except (KeyError, IndexError, TypeError):
+                    problems.append(f"{where}: {e['json']} has no {e['path']}")
+                    continue
+                if not rounds_to(float(v), value, decimals, pct):
+                    problems.append(f"{where}: {e['json']} {e['path']} is now {v}: the prose quotes an older run")
+    return problems
+
+
+def update(lock: dict) -> dict:
+    """Keep bindings that still hold (same text, in order); bind the others; mark the unbindable."""
+    new = {}
+    for stem, nb in notebooks():
+        old, srcs, entries, outs = list(lock.get(stem) or []), sources(stem), [], output_texts(nb)
+        for number in quoted_numbers(results_prose(nb)):
+            text, value, decimals, pct, before = number
+            keep = next((e for e in old if e["text"] == text and e.get("before") == before[-40:]), None)
+            if keep is not None:
+                old.remove(keep)
+                if "unbound" in keep and "TODO" not in keep["unbound"] or "json" in keep and keep["json"] in srcs \
+                        and rounds_to(float(value_at(srcs[keep["json"]], keep["path"])), value, decimals, pct):
+                    entries.append(keep)
+                    continue
+            found, cell = bind(number, srcs), None
+            if found is None:
+                cell = in_output(text, outs)
+            entry = dict(text=text, before=before[-40:])
+            if found:
+                entry.update(json=found[0], path=found[1])
+            elif cell is not None:
+                entry["output_of_cell"] = cell
+            else:
+                entry["unbound"] = "TODO: say where this number comes from (derived from ..., quoted from ...)"
+            entries.append(entry)
+        new[stem] = entries
+    return new
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--update", action="store_true", help="rebind what changed and write notebooks/prose_numbers.yaml")
+    args = ap.parse_args(argv)
+    lock = yaml.safe_load(LOCK.read_text()) if LOCK.exists() else {}
+    if args.update:
+        lock = update(lock)
+        head = "# Written by scripts/prose_numbers.py --update (see its docstring); `unbound` reasons by hand.\n"
+        LOCK.write_text(head + yaml.safe_dump(lock, allow_unicode=True, sort_keys=True, width=200))
+        todo = [(s, e["text"], e["before"]) for s, es in lock.items() for e in es if "TODO" in e.get("unbound", "")]
+        print(f"{sum(map(len, lock.values()))} numbers in {len(lock)} notebooks; {len(todo)} unbound, to explain:")
+        for s, t, b in todo:
+            print(f"  {s}: {t!r} after …{b!r}")
+    problems = check(lock)
+    print("\n".join(problems) if problems else "every quoted number is bound and rounds to its JSON value")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

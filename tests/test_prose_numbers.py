@@ -1,0 +1,88 @@
+"""Numbers that cannot go stale: every measured number in a notebook's results prose is bound to the JSON value (or
+the printed output) it quotes, and the binding still holds (scripts/prose_numbers.py, notebooks/prose_numbers.yaml)."""
+import copy
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("prose_numbers", REPO / "scripts" / "prose_numbers.py")
+pn = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(pn)
+LOCK = yaml.safe_load(pn.LOCK.read_text())
+
+
+def test_every_quoted_number_is_bound_and_rounds_to_its_source():
+    problems = pn.check(LOCK)
+    assert not problems, "\n".join(problems[:20]) + f"\n({len(problems)} in all; scripts/prose_numbers.py --update)"
+
+
+def test_every_unbound_number_says_where_it_comes_from():
+    todo = [f"{s}: {e['text']}" for s, es in LOCK.items() for e in es if "TODO" in e.get("unbound", "TODO x")
+            and "unbound" in e]
+    assert not todo, todo
+    assert set(LOCK) == {stem for stem, _ in pn.notebooks()}, "a notebook with results prose has no bindings"
+
+
+def test_quoted_numbers_skip_bounds_and_settings_and_read_signs_decimals_percent():
+    nums = pn.quoted_numbers("plain − bf16 −0.190 ± 0.107 (p < 0.001, σ 0.1, lr 0.25), 3.36% and 1.5e-2 in 2.0.1")
+    assert [(t, v, d, pct) for t, v, d, pct, _ in nums] == [("−0.190", -0.19, 3, False), ("0.107", 0.107, 3, False),
+                                                            ("3.36%", 3.36, 2, True), ("1.5e-2", 0.015, 3, False)]
+    assert pn.rounds_to(0.0336, 3.36, 2, True) and pn.rounds_to(-0.1904, -0.190, 3, False)
+    assert not pn.rounds_to(-0.1906, -0.190, 3, False)
+
+
+def _first_bound(kind):
+    for stem, es in LOCK.items():
+        for i, e in enumerate(es):
+            if kind in e:
+                return stem, i, e
+    raise AssertionError(f"no binding of kind {kind}")
+
+
+def test_the_check_fails_when_the_prose_changes_a_number(monkeypatch):
+    """A quoted number edited by one unit in its last digit (or a number added) fails the check."""
+    stem, i, e = _first_bound("json")
+    nbs = dict(pn.notebooks())
+    nb = copy.deepcopy(nbs[stem])
+    last = e["text"][-1]
+    edited = e["text"][:-1] + ("1" if last != "1" else "2")
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and e["before"] + e["text"] in cell.source:
+            cell.source = cell.source.replace(e["before"] + e["text"], e["before"] + edited, 1)
+            break
+    else:
+        raise AssertionError("binding context not found in the prose")
+    monkeypatch.setattr(pn, "notebooks", lambda: [(s, nb if s == stem else n) for s, n in nbs.items()])
+    problems = pn.check(LOCK)
+    assert any(f"'{edited}'" in p for p in problems), problems[:5]
+    last_markdown = [c for c in nb.cells if c.cell_type == "markdown"][-1]
+    last_markdown.source += "\n\nA new number: 0.4242."  # added after the last binding: unbound
+    assert any("quoted numbers" in p for p in pn.check(LOCK))
+
+
+def test_the_check_fails_when_the_json_moves_under_the_prose(monkeypatch):
+    """A rerun that changes a bound value beyond the quote's rounding fails the check (the prose quotes an older
+    run); so does a printed output that no longer shows a number bound to it."""
+    stem, i, e = _first_bound("json")
+    srcs = copy.deepcopy(pn.sources(stem))
+    parent = srcs[e["json"]]
+    for k in e["path"][:-1]:
+        parent = parent[k]
+    parent[e["path"][-1]] = float(parent[e["path"][-1]]) + 7 * 10.0 ** -pn.quoted_numbers(e["text"])[0][2] + 1
+    real = pn.sources
+    monkeypatch.setattr(pn, "sources", lambda s: srcs if s == stem else real(s))
+    problems = pn.check(LOCK)
+    assert any("older run" in p and e["text"] in p for p in problems), problems[:5]
+    monkeypatch.setattr(pn, "sources", real)
+    stem, i, e = _first_bound("output_of_cell")
+    nbs = dict(pn.notebooks())
+    nb = copy.deepcopy(nbs[stem])
+    for o in nb.cells[e["output_of_cell"]].outputs:
+        if "text" in o:
+            o["text"] = o["text"].replace(e["text"].lstrip("+−-"), "?")
+    monkeypatch.setattr(pn, "notebooks", lambda: [(s, nb if s == stem else n) for s, n in nbs.items()])
+    assert any("no longer shows it" in p for p in pn.check(LOCK))
