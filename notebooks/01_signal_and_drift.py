@@ -31,11 +31,8 @@
 # `cmp` helper (as in Karpathy's *makemore: becoming a backprop ninja*); each check `assert`s, so the
 # notebook fails loudly if a derivation or `scrl_min` is wrong.
 #
-# **Run time:** about 15 s on 2 CPU cores, no GPU, `OMP_NUM_THREADS=2` as in the Makefile (measured
-# 11-14 s through `scripts/run_notebooks.py`). With the default parameters it writes `runs/figures/01_signal_drift.png` and the numbers behind it
-# (`.json`); `make reproduce` writes them to `figures/` and produced the outputs shown here.
-# Run it headless with `python scripts/run_notebooks.py notebooks/01_signal_and_drift.ipynb`;
-# `make test` reruns it and compares every printed output with the ones stored here (nbval).
+# **Run time**: about 15 s on 2 CPU cores (full size; docs/development.md has the measurements), no GPU; `make test` reruns it at full size and compares every printed output with the ones stored here (nbval).
+# With the default parameters it writes `runs/figures/01_signal_drift.{png,json}`; `make reproduce` writes them to `figures/` and produced the outputs shown here.
 
 # %% [markdown]
 # ## Parameters

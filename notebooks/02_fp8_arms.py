@@ -31,12 +31,8 @@
 # trainer's own policy (an exact float32 copy as the sampler) completes 64 held-out prompts, with the
 # same sampling seed at every evaluation and in every arm.
 #
-# **Run time**: 6 arms × 12 seeds × 100 steps = 72 runs, about 100 CPU-thread minutes of training:
-# about 50 minutes on 2 CPU cores, no GPU, two runs at a time (more on a loaded or slower machine; the
-# run behind the committed outputs took 26 min 37 s, with 19 of the 72 runs already trained by notebooks 06 and 11;
-# the outputs were then redrawn from its saved runs after a label change, so their bar over runs shows seconds).
-# Runs resume from their checkpoints and a finished run is not re-run (notebooks 06 and 11 share them).
-# With the default parameters it writes `runs/figures/02_*`; `make reproduce-full` writes `figures/`.
+# **Run time**: about 50 min on 2 CPU cores (full size; docs/development.md has the measurements), no GPU; CI runs it in under a minute with notebooks/ci_parameters.yaml.
+# Runs resume from their checkpoints and a finished run is not trained again (notebooks 06 and 11 share them); the defaults write `runs/figures/02_*`, `make reproduce-full` writes `figures/`.
 
 # %% [markdown]
 # ## Pre-registration: what is measured and compared, declared before the results

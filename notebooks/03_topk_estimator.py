@@ -28,10 +28,8 @@
 # Every hand-derived quantity is checked against autograd or `scrl_min` with a small `cmp` helper
 # (exact / close / max difference), which asserts.
 #
-# **Run time:** about 1 min 15 s on 2 CPU cores, no GPU, `OMP_NUM_THREADS=2` as in the Makefile
-# (measured 68-78 s through `scripts/run_notebooks.py`). With the default parameters it writes `runs/figures/03_topk_estimator.png` and the numbers behind it
-# (`.json`); `make reproduce` writes them to `figures/` and produced the outputs shown here.
-# Run it headless with `python scripts/run_notebooks.py notebooks/03_topk_estimator.ipynb`.
+# **Run time**: about 1 min on 2 CPU cores (full size; docs/development.md has the measurements), no GPU; CI runs it in under a minute with notebooks/ci_parameters.yaml.
+# With the default parameters it writes `runs/figures/03_topk_estimator.{png,json}`; `make reproduce` writes them to `figures/` and produced the outputs shown here.
 
 # %% [markdown]
 # ## Parameters

@@ -30,15 +30,9 @@
 # and W8A8, int4 with groups of 128 and 32), each with and without an FP8 KV cache, beside weight
 # noise σ (`figures/04_severity.png` and `.json`).
 #
-# **Run time:** a few minutes on 2 CPU cores, no GPU. The hardware cell below prints the CPU the run
-# had (the JSON keeps it as `hardware`). Which vLLM numerics can run depends on that machine:
-# vLLM's FP8 KV cache needs a GPU or a CPU with AVX-512 or AMX, its FP8 weights a GPU. Where one is
-# missing the notebook says so in its numbers and figure instead of skipping it silently; the closing
-# cell says what the committed outputs measured, and on which CPU. 
-# With the default parameters it writes `runs/figures/04_sampler_mismatch.png`, `04_severity.png` and
-# the numbers behind them (`.json`); `make reproduce` writes them to `figures/` and produced the
-# outputs shown here (this time with `OMP_NUM_THREADS=1`, so float round-off may differ).
-# Run it headless with `python scripts/run_notebooks.py notebooks/04_sampler_mismatch.ipynb`.
+# **Run time**: a few minutes on 2 CPU cores (full size; docs/development.md has the measurements), no GPU; CI runs it in under a minute with notebooks/ci_parameters.yaml.
+# Which vLLM numerics run depends on the machine (vLLM's FP8 KV cache needs a GPU or a CPU with AVX-512 or AMX, its FP8 weights a GPU): where one is missing the numbers and the figure say so, and the hardware cell below prints the CPU the run had (the JSON keeps it as `hardware`).
+# With the default parameters it writes `runs/figures/04_sampler_mismatch.{png,json}` and `04_severity.{png,json}`; `make reproduce` writes them to `figures/` and produced the outputs shown here.
 
 # %% [markdown]
 # ## Parameters

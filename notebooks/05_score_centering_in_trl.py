@@ -26,11 +26,8 @@
 # `vllm_importance_sampling_*` options choose the weighting $f$ of the coefficients
 # (docs/method.md, "The top-k estimator").
 #
-# **Run time**: about 3 minutes on 2 CPU cores, no GPU, one thread: two arms × 30 TRL steps of 8 prompts × 4
-# completions × 24 tokens, a bar over each arm's steps (measured: 2 min 31 s through `scripts/run_notebooks.py` for
-# the outputs shown here, the arms 69 s and 63 s). With the default parameters it writes
-# `runs/figures/05_score_centering_in_trl.png` and the numbers behind it (`.json`); `make reproduce` writes them to
-# `figures/` and produced the outputs shown here.
+# **Run time**: about 3 min on 2 CPU cores (full size; docs/development.md has the measurements), no GPU; CI runs it in under a minute with notebooks/ci_parameters.yaml.
+# With the default parameters it writes `runs/figures/05_score_centering_in_trl.{png,json}`; `make reproduce` writes them to `figures/` and produced the outputs shown here.
 
 # %% tags=["parameters"]
 # Parameters (papermill replaces this cell; CI shrinks it through notebooks/ci_parameters.yaml)

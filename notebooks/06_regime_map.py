@@ -32,12 +32,8 @@
 # and the drift lives at deeper prefixes, which only `drift_norm` (|A|·‖q − p‖ per token, an upper
 # bound) sees.
 #
-# **Run time**: the default parameters (2 modes × 3 severities × 5 arms × 3 seeds + 2 × 3 references,
-# 100 steps each; 18 of them shared with notebook 02): 95-127 CPU-thread minutes, about 50-70 minutes on 2 CPU
-# cores when all 96 are trained (measured: 48 min 27 s in one go from a fresh clone, 95 CPU-thread minutes; on a
-# slower CPU earlier, 70 minutes in two parts). Runs are shared with notebook 02 (same folder,
-# same names), so the headline's raw / σ = 0.1 runs are not trained twice. `make reproduce-full` runs
-# it with figures to `figures/`; the defaults write `runs/figures/06_regime_map.{png,json}`.
+# **Run time**: about 50-70 min on 2 CPU cores when all 96 runs are trained (full size; docs/development.md has the measurements), no GPU; CI runs it in under a minute with notebooks/ci_parameters.yaml.
+# Runs are shared with notebook 02 (same folder, same names), so the headline's raw / σ = 0.1 runs are not trained twice; the defaults write `runs/figures/06_regime_map.{png,json}`, `make reproduce-full` writes `figures/`.
 
 # %% tags=["parameters"]
 # Parameters (papermill replaces this cell; CI shrinks it through notebooks/ci_parameters.yaml)

@@ -27,13 +27,8 @@
 # pre-registration** written before any run. KL(q‖p) is reported as the median over a run's steps beside the
 # mean, so a few collapse steps cannot set it.
 #
-# **Run time (an estimate, before any run)**: 10 seeds × (5 arms × 4 lags × 2 schedules + the s = 0 reference)
-# = 410 runs of 100 steps. One step at this size took 0.86-1.07 CPU-thread seconds (OMP_NUM_THREADS=1, the
-# first 10 steps of one run, measured beside two other runs on a 2-core CPU with AVX-512), a clean evaluation
-# about 1 s more: about 105 CPU-thread seconds per run, so about 12 CPU-thread hours, **about 6 hours on 2 CPU
-# cores** (about 3.6 hours at the 64 s per run notebook 02 measured on an unloaded machine), no GPU. Resumable
-# (one folder per run configuration); a bar counts the runs. With the default parameters it writes
-# `runs/figures/07_staleness.{png,json}`; `make reproduce-full` writes `figures/`.
+# **Run time**: not yet measured; estimated before any run at about 3.6-6 hours on 2 CPU cores (full size, 410 runs; docs/development.md has the estimate), no GPU; CI runs it in under a minute with notebooks/ci_parameters.yaml.
+# Resumable (one folder per run configuration), a bar counts the runs; the defaults write `runs/figures/07_staleness.{png,json}`, `make reproduce-full` writes `figures/`.
 
 # %% [markdown]
 # ## Pre-registration: written and committed before any run of this design

@@ -25,9 +25,8 @@
 #    measures the *offset response* E[g₁] (the expected gradient when every advantage is 1) in parameter
 #    space, with and without centering and mismatch, against the signal it competes with.
 #
-# **Run time**: part 1 (3 arms × 2 rewards × 3 seeds × 80 steps at 96 tokens: 70.7 CPU-thread minutes) takes
-# about 36 minutes on 2 CPU cores, two runs at a time; part 2 about 3 minutes. `make reproduce-full` writes `figures/08_*`; the defaults
-# write `runs/figures/08_*.{png,json}`.
+# **Run time**: about 40 min on 2 CPU cores (full size; docs/development.md has the measurements), no GPU; CI runs it in under a minute with notebooks/ci_parameters.yaml.
+# The defaults write `runs/figures/08_*.{png,json}`; `make reproduce-full` writes `figures/08_*`.
 
 # %% tags=["parameters"]
 # Parameters (papermill replaces this cell; CI shrinks it through notebooks/ci_parameters.yaml)

@@ -35,12 +35,8 @@
 # sample moves probability away from what was drawn, a large zero-mean kick whose size grows with |A|
 # and the learning rate.
 #
-# **Run time**: the default parameters (5 arms × 2 learning rates × 4 seeds × 100 steps: 40 runs) take 20-27
-# minutes on 2 CPU cores, two runs at a time, by CPU. Measured from two fresh clones, on two days: 25 min 3 s
-# (49.1 CPU-thread minutes) and 20 min 12 s (39.4), the same JSON byte for byte. The committed outputs were
-# then redrawn from the second run's saved runs (only the legend's place changed), which is why their bar over
-# runs shows seconds: a finished run is read back, not trained again. `make reproduce-full` writes
-# `figures/09_signed_mode.*` and `figures/09_signed_entropy.*`; the defaults write them under `runs/figures/`.
+# **Run time**: about 20-27 min on 2 CPU cores (full size; docs/development.md has the measurements), no GPU; CI runs it in under a minute with notebooks/ci_parameters.yaml.
+# The defaults write `runs/figures/09_signed_mode.*` and `runs/figures/09_signed_entropy.*`; `make reproduce-full` writes them to `figures/`.
 
 # %% tags=["parameters"]
 # Parameters (papermill replaces this cell; CI shrinks it through notebooks/ci_parameters.yaml)

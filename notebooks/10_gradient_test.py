@@ -28,14 +28,8 @@
 # and the predictions) was committed before the run ("pre-registration, before the run" in the git
 # log); sections 5 onwards print what the run measured beside it.
 #
-# **Run time and hardware:** CPU only, no GPU. Set to fit within 30 minutes on 2 idle CPU cores
-# (`OMP_NUM_THREADS=2` as in the Makefile) with the default parameters; the estimate behind them is
-# in the parameters section, and the time of every cell of the experiment is printed. `make
-# reproduce-full` runs it with figures to `figures/`; the defaults write
-# `runs/figures/10_gradient_test.{png,json}` and `runs/figures/10_placebo.{png,json}`, and the reference run
-# and the cached batches to `runs/10_gradient_test/` (an interrupted run resumes there, group of
-# batches by group of batches). Run it headless with
-# `python scripts/run_notebooks.py notebooks/10_gradient_test.ipynb`.
+# **Run time**: set to fit within 30 min on 2 idle CPU cores (full size; the estimate is in the parameters section, the measurements in docs/development.md), no GPU; CI runs it in under a minute with notebooks/ci_parameters.yaml.
+# The defaults write `runs/figures/10_gradient_test.{png,json}` and `runs/figures/10_placebo.{png,json}`, and the reference run and the cached batches to `runs/10_gradient_test/` (an interrupted run resumes there); `make reproduce-full` writes the figures to `figures/`.
 
 # %% [markdown]
 # ## Parameters

@@ -21,11 +21,8 @@
 # change together, so the KL is measured, not assumed. **Arms**: plain, MIS and SC (TIS one parameter
 # away), 5 paired seeds; the σ = 0.1 runs (seeds 0-4) are notebook 02's (same folders).
 #
-# **Run time**: 4 new rungs × 3 arms × 5 seeds = 60 runs, plus notebook 02's 15 σ = 0.1 runs: 85 CPU-thread
-# minutes for all 75 on a CPU with AVX-512/AMX, so about 45 minutes on 2 CPU cores, no GPU, when none exists
-# (the committed outputs: 29 minutes, 18 of the runs already trained by notebook 06; about 3 minutes when all
-# exist). Resumable; a bar counts the runs.
-# With the default parameters it writes `runs/figures/11_*`; `make reproduce-full` writes `figures/`.
+# **Run time**: about 45 min on 2 CPU cores when none of its 75 runs exists (full size; docs/development.md has the measurements), no GPU; CI runs it in under a minute with notebooks/ci_parameters.yaml.
+# Resumable, a bar counts the runs (the σ = 0.1 runs are notebook 02's); the defaults write `runs/figures/11_*`, `make reproduce-full` writes `figures/`.
 
 # %% [markdown]
 # ## Pre-registration

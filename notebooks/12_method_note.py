@@ -18,12 +18,8 @@
 # section "What score centering estimates, checked exactly"; notebook 10 (the gradient-level test)
 # measures what these exact statements mean for one update of the trainer's batch, with sampling noise.
 #
-# **Run time and hardware:** CPU only, no GPU; about a minute on 2 CPU cores. Every number it prints is
-# deterministic: float64 sums over the vocabulary, identical on any CPU up to float round-off (the
-# round-off itself is sanitized when `make test` compares this notebook's outputs with nbval).
-# `make reproduce` runs it with figures to `figures/`; the defaults write
-# `runs/figures/12_method_note.{png,json}`. Run it headless with
-# `python scripts/run_notebooks.py notebooks/12_method_note.ipynb`.
+# **Run time**: about 1 min on 2 CPU cores (full size; docs/development.md has the measurements), no GPU; `make test` reruns it at full size and compares its printed outputs with the ones stored here (nbval).
+# Every number it prints is deterministic (float64 sums over the vocabulary), identical on any CPU up to float round-off, which the nbval comparison sanitizes. The defaults write `runs/figures/12_method_note.{png,json}`; `make reproduce` writes them to `figures/`.
 
 # %% [markdown]
 # ## Parameters
