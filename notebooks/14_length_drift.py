@@ -74,6 +74,7 @@ pilot_seeds = [1400, 1401, 1402]  # the pilot's seeds (plain and SC), never reus
 first_seed = 1410  # the paired runs' seeds: first_seed, first_seed + 1, ... (as many as the pilot asks)
 min_seeds = 8  # the design's floor of the seed count
 max_seeds = 40  # a ceiling the design does not name (about 3.5 h on 2 cores): the output says if it binds
+run_over_cap = False  # the amendment (section 4): over max_seeds the paired runs are skipped; True runs max_seeds anyway
 names_target = 1  # distinct Python names that earn the full reward (the design's; only the clean evaluation scores it)
 eval_every = 10  # steps between clean evaluations (completion length on the held-out prompts)
 eval_prompts = 64  # held-out prompts in each clean evaluation, one completion each
@@ -359,14 +360,30 @@ print(f"seed count: n = ((z_0.975 + z_0.9) sd / Δ)² = (({z_sum:.3f} × {sd_pil
 # Every arm at every seed of the count above, two runs at a time; each writes `metrics.jsonl` and
 # `checkpoint.pt` into a folder named after its configuration (`<arm>-s<seed>-<config_id>`): running this
 # cell again continues unfinished runs and skips finished ones.
+#
+# **Amendment, 2026-12-03, written after the pilot and before any paired run.** The first full-size run
+# of this notebook found a pilot sd of the primary about ten times the predicted effect, so the declared
+# formula asked for hundreds of seeds; the cap (`max_seeds`, not part of the pre-registration) would have run
+# 40, whose 95% interval (about ± 2 sd / √40) could neither exclude 0 at the predicted effect nor fit inside
+# the ± Δ/2 "no drift" band: 3.5 hours on 2 cores that cannot decide. So, declared here before any paired
+# run: **when the declared seed count exceeds `max_seeds`, the paired runs are not run**, the primary is
+# *not decided* with the number of seeds the design needs, and sections 5 and the figure show the pilot's
+# runs instead, labelled as the pilot (descriptive: no test is applied to them). Nothing else changes.
 
 # %%
-jobs = {(arm, s): run_config(arm, s) for s in seeds for arm in arms}
-results = run_grid(jobs, workers=workers)
-check_runs(results)
-per_run = {key: primary_metric(cfg) for key, cfg in jobs.items()}
-print(f"{len(jobs)} paired runs + {len(pilot_jobs)} pilot runs; {time.perf_counter() - t_runs:.0f} s for the runs "
-      f"and their metrics")
+feasible = n_formula <= max_seeds or run_over_cap
+if feasible:
+    jobs = {(arm, s): run_config(arm, s) for s in seeds for arm in arms}
+    results = run_grid(jobs, workers=workers)
+    check_runs(results)
+    per_run = {key: primary_metric(cfg) for key, cfg in jobs.items()}
+else:  # the amendment above: the pilot's runs are shown, descriptively, and nothing is tested
+    print(f"the design needs {n_formula} seeds, more than max_seeds = {max_seeds}: the paired runs are not run; "
+          f"below, the pilot's {len(pilot_seeds)} seeds of plain and SC, descriptive")
+    arms, seeds, jobs, results, per_run = ["plain", "sc"], list(pilot_seeds), pilot_jobs, pilot, pilot_metric
+shown = "paired runs" if feasible else "pilot, descriptive"
+print(f"{len(jobs) if feasible else 0} paired runs + {len(pilot_jobs)} pilot runs; {time.perf_counter() - t_runs:.0f} s "
+      f"for the runs and their metrics")
 
 # %% [markdown]
 # ## 5 · The primary, the secondaries, the decision
@@ -390,6 +407,8 @@ half_band = abs(delta) / 2
 flags = dict(above_zero=lo > 0, below_zero=hi < 0, within_no_drift_band=-half_band < lo and hi < half_band)
 status = ("reproduced" if flags["above_zero"] else "contradicted" if flags["below_zero"]
           else "no length drift here" if flags["within_no_drift_band"] else "not decided")
+if not feasible:  # the amendment: the pilot is not the primary's evidence
+    status = f"not decided: the design needs {n_formula} seeds (pilot sd {sd_pilot:.2f} nats, predicted Δ {delta:+.3f})"
 predicted = {arm: steps * rows[arm]["d_logp_eos"] for arm in ("plain", "sc")}
 print("change in the trainer's mean log p(EOS) over the held-out prefixes, step 0 → last step (nats):")
 for arm in arms:
@@ -397,7 +416,7 @@ for arm in arms:
     mh, hh = mean_ci95(hazard[arm])
     pred = f"predicted {predicted[arm]:+.3f}" if arm in predicted else "no prediction"
     print(f"  {ARM_NAMES[arm]:20s}{m:+.4f} ± {h:.4f} ({pred}); hazard-implied length {mh:+.2f} ± {hh:.2f} tokens")
-print(f"PRIMARY plain − SC: {d_mean:+.4f} ± {d_half:.4f} nats, 95% interval [{lo:+.4f}, {hi:+.4f}], p = "
+print(f"{'PRIMARY' if feasible else 'pilot (descriptive)'} plain − SC: {d_mean:+.4f} ± {d_half:.4f} nats, 95% interval [{lo:+.4f}, {hi:+.4f}], p = "
       f"{p_text(p_primary)}, plain above SC in {int((d > 0).sum())}/{len(d)} seeds; predicted Δ {delta:+.4f}, "
       f"no-drift band ± {half_band:.4f}")
 print(f"DECISION: {status}"
@@ -406,7 +425,8 @@ print(f"DECISION: {status}"
 
 final_len = {arm: np.array([eval_curve(results[(arm, s)], "eval_len")[1][-1] for s in seeds]) for arm in arms}
 secondary = []
-for a, b in [c for c in (("plain", "sc"), ("plain", "bf16"), ("sc", "bf16")) if c[0] in arms and c[1] in arms]:
+for a, b in [c for c in (("plain", "sc"), ("plain", "bf16"), ("sc", "bf16")) if c[0] in arms and c[1] in arms
+             and feasible]:  # no test on the pilot (the amendment)
     dd = final_len[a] - final_len[b]
     m, h = mean_ci95(dd)
     secondary.append(dict(name=f"{a} − {b}", mean=float(m), ci95=float(h), wins=int((dd > 0).sum()), n=len(dd),
@@ -439,7 +459,7 @@ for i, arm in enumerate(arms):
 ax.axhline(0, color="0.3", lw=0.8)
 ax.set_xticks(range(len(arms)), [ARM_NAMES[a] for a in arms])
 ax.set_ylabel("Δ mean log p(EOS), step 0 → last (nats)")
-ax.set_title(f"per run ({len(seeds)} paired seeds; dash: predicted)", fontsize=10)
+ax.set_title(f"per run ({len(seeds)} seeds, {shown}; dash: predicted)", fontsize=10)
 bx.fill_between([-0.6, 1.6], -half_band, half_band, color="0.85", lw=0,
                 label=f"no-drift band ± Δ/2 = ± {half_band:.3f}")  # not a bar: the legend may overlap it
 bx.axhline(delta, color="tab:red", ls="--", lw=1.2, label=f"predicted Δ = {delta:+.3f}")
@@ -449,7 +469,8 @@ bx.errorbar(0.35, d_mean, yerr=d_half, fmt="o", color="k", lw=2.5, ms=6, capsize
 bx.set_xlim(-0.6, 1.6)
 bx.set_xticks([])
 bx.set_ylabel("plain − SC, Δ mean log p(EOS) (nats)")
-bx.set_title(f"primary: {d_mean:+.3f} ± {d_half:.3f}, {status}", fontsize=10)
+bx.set_title(f"primary: {d_mean:+.3f} ± {d_half:.3f}, {status}" if feasible else
+             f"pilot plain − SC: {d_mean:+.2f} ± {d_half:.2f}; the design needs {n_formula} seeds", fontsize=10)
 bx.legend(fontsize=8, loc="center right")
 curves = {}
 for arm in arms:
@@ -486,7 +507,8 @@ out = dict(
     pilot=dict(seeds=pilot_seeds, per_seed={f"{a} s{s}": v for (a, s), v in pilot_metric.items()},
                plain_minus_sc=d_pilot.tolist(), sd=sd_pilot, z_sum=float(z_sum), n_formula=n_formula, n_seeds=n_seeds),
     primary=dict(per_seed=d.tolist(), mean=d_mean, ci95=d_half, interval=[lo, hi], p=p_primary,
-                 plain_above_sc=int((d > 0).sum()), n=len(d), status=status, flags=flags),
+                 plain_above_sc=int((d > 0).sum()), n=len(d), status=status, flags=flags, evidence=shown,
+                 seeds_needed=n_formula, paired_runs_run=feasible),
     per_arm={arm: dict(d_logp_eos_per_seed=change[arm].tolist(), d_hazard_len_per_seed=hazard[arm].tolist(),
                        final_eval_len_per_seed=final_len[arm].tolist()) for arm in arms},
     secondary=secondary, curves=curves, run_seconds=time.perf_counter() - t_runs)
