@@ -402,7 +402,7 @@ hazard = {arm: np.array([per_run[(arm, s)]["d_hazard_len"] for s in seeds]) for 
 d = change["plain"] - change["sc"]
 d_mean, d_half = (float(v) for v in mean_ci95(d))
 lo, hi = d_mean - d_half, d_mean + d_half
-p_primary = float(stats.ttest_1samp(d, 0.0).pvalue) if d.std() > 0 else 1.0
+p_primary = (float(stats.ttest_1samp(d, 0.0).pvalue) if d.std() > 0 else 1.0) if feasible else None  # no test: pilot
 half_band = abs(delta) / 2
 flags = dict(above_zero=lo > 0, below_zero=hi < 0, within_no_drift_band=-half_band < lo and hi < half_band)
 status = ("reproduced" if flags["above_zero"] else "contradicted" if flags["below_zero"]
@@ -416,9 +416,9 @@ for arm in arms:
     mh, hh = mean_ci95(hazard[arm])
     pred = f"predicted {predicted[arm]:+.3f}" if arm in predicted else "no prediction"
     print(f"  {ARM_NAMES[arm]:20s}{m:+.4f} ± {h:.4f} ({pred}); hazard-implied length {mh:+.2f} ± {hh:.2f} tokens")
-print(f"{'PRIMARY' if feasible else 'pilot (descriptive)'} plain − SC: {d_mean:+.4f} ± {d_half:.4f} nats, 95% interval [{lo:+.4f}, {hi:+.4f}], p = "
-      f"{p_text(p_primary)}, plain above SC in {int((d > 0).sum())}/{len(d)} seeds; predicted Δ {delta:+.4f}, "
-      f"no-drift band ± {half_band:.4f}")
+print(f"{'PRIMARY' if feasible else 'pilot (descriptive)'} plain − SC: {d_mean:+.4f} ± {d_half:.4f} nats, 95% "
+      f"interval [{lo:+.4f}, {hi:+.4f}]" + (f", p = {p_text(p_primary)}" if feasible else "")
+      + f", plain above SC in {int((d > 0).sum())}/{len(d)} seeds; predicted Δ {delta:+.4f}, no-drift band ± {half_band:.4f}")
 print(f"DECISION: {status}"
       + ("  (the interval is also within the no-drift band: a drift smaller than half the prediction)"
          if flags["above_zero"] and flags["within_no_drift_band"] else ""))
@@ -435,7 +435,8 @@ for r, ph in zip(secondary, holm([r["p"] for r in secondary])):
     r["p_holm"] = float(ph)
 print(f"\nlast clean evaluation's completion length (tokens, budget {max_new_tokens}): "
       + ", ".join(f"{ARM_NAMES[a]} {final_len[a].mean():.1f}" for a in arms))
-print(f"{'secondary':16s}{'mean ± 95%':>18s}{'p':>9s}{'Holm p':>9s}{'wins':>7s}")
+if secondary:
+    print(f"{'secondary':16s}{'mean ± 95%':>18s}{'p':>9s}{'Holm p':>9s}{'wins':>7s}")
 for r in secondary:
     print(f"{r['name']:16s}{r['mean']:+10.2f} ± {r['ci95']:.2f}{p_text(r['p']):>9s}{p_text(r['p_holm']):>9s}"
           f"{r['wins']:>4d}/{r['n']}")
