@@ -478,8 +478,14 @@ for arm in arms:
     x, _ = eval_curve(results[(arm, seeds[0])], "eval_len")
     E = np.array([eval_curve(results[(arm, s)], "eval_len")[1] for s in seeds])  # (seeds, evals)
     L = np.array([moving_average([r["completion_len"] for r in results[(arm, s)]], smooth) for s in seeds])
-    band_plot(cx, x, E, ARM_NAMES[arm], ARM_COLORS[arm], nonnegative=True)
-    band_plot(dx, np.arange(L.shape[1]), L, ARM_NAMES[arm], ARM_COLORS[arm], nonnegative=True)
+    if feasible:
+        band_plot(cx, x, E, ARM_NAMES[arm], ARM_COLORS[arm], nonnegative=True)
+        band_plot(dx, np.arange(L.shape[1]), L, ARM_NAMES[arm], ARM_COLORS[arm], nonnegative=True)
+    else:  # three pilot seeds: a t band over 3 runs would overrun the token budget; each seed is a line
+        for j, (e_row, l_row) in enumerate(zip(E, L)):
+            cx.plot(x, e_row, color=ARM_COLORS[arm], lw=1.2, alpha=0.8, label=ARM_NAMES[arm] + " (one line per seed)"
+                    if j == 0 else None)
+            dx.plot(np.arange(len(l_row)), l_row, color=ARM_COLORS[arm], lw=1.2, alpha=0.8)
     curves[arm] = {"updates": x.tolist(), "eval_len": E.tolist(),
                    "completion_len": [[r["completion_len"] for r in results[(arm, s)]] for s in seeds],
                    "kl_qp": [[r.get("kl_qp") for r in results[(arm, s)]] for s in seeds]}
