@@ -526,8 +526,26 @@ print(f"wrote {figures_dir}/14_length_drift_runs.{{png,json}};  run time (after 
 # %% [markdown]
 # ## What we saw
 #
-# **The full run has not happened yet.** This notebook was committed before its first full-size run (it is
-# listed in `notebooks/pending.yaml`): its pre-registration (above, verbatim) and its analysis code came
-# first, and the commit of its outputs will follow them. Until then the numbers above, if any, come from a
-# shrunk run (CI's parameters), which decide nothing. Whatever the full run finds, it becomes the C7 row of
-# `docs/verdict.md`.
+# Written from the first full-size run (`make reproduce-full`'s parameters, an AMD EPYC with AVX-512, 2 cores): the
+# prediction, the 3-seed pilot and, under the amendment in section 4, no paired runs.
+#
+# * **The prediction reproduced the pre-registration's numbers**: one exact drift step raises the trainer's mean
+#   log p(EOS) over the 2,221 held-out prefixes by +0.0030 nats under plain and +0.0010 under SC (k = 128), so the
+#   naive 60-step effect is Δ = +0.124 nats (plain +0.183, SC +0.059), and the hazard-implied length moves by
+#   about −0.2 tokens in both.
+# * **The primary is not decided, and this design cannot decide it.** Over 60 steps the mean log p(EOS) moved by
+#   about a nat in either direction in both arms (plain +1.06, +1.19, −0.10; SC +0.46, −0.14, +0.90 for seeds
+#   1400-1402), ten times the predicted drift: the pilot's sd of plain − SC is 1.20 nats against Δ = +0.124, and
+#   the declared formula asks for 979 seeds. The cap would have run 40, which could neither exclude 0 at Δ nor
+#   fit inside the ± 0.062 "no drift" band, so the paired runs were not run (the amendment, declared after the
+#   pilot and before any paired run).
+# * **Why: under a constant reward the sampled-token noise, not the drift, moves the length.** With A = +0.15 on
+#   every token and no baseline, each update raises the log-probability of whatever was sampled. Its expectation
+#   on-policy is zero, but a step's sampling noise is not, and it is pushed the same way every step: the runs'
+#   completion lengths wander to an end of the range. The last clean evaluation's mean length was 91.3, 1.0 and
+#   95.2 tokens for plain and 56.1, 72.8 and 1.0 for SC (budget 96, 58.4 at the start by the hazard). Four of the
+#   six runs ended at one token or near the budget. That walk is the same in a run with no mismatch; the drift
+#   that the article's claim C7 is about is a small, steady push underneath it.
+# * **What would decide C7 here**: a measurement without the walk. Either the expected update iterated exactly
+#   (section 2's drift step, repeated from the policy it produces, with no sampled tokens), or the one-step drift
+#   measured on fixed prefixes along real runs rather than the end state. Either is a new pre-registration.
