@@ -629,6 +629,7 @@ def claims(rs: list | None = None, slopes: list | None = None, g=None) -> list:
     for s_ in (1, 8):
         add(f"Centering helps under staleness (SC+TIS > TIS), s = {s_}", f"07 · bf16 sampler, staleness {s_}",
             _find(rs, "07", "sc_tis − tis", f"staleness s = {s_},"))
+    out.append(length_drift_claim(_load("14_length_drift_runs.json")))
     if topk:
         b = topk["settings"]["σ=0.1, T=1"]["by_k"]
         i = b["k"].index(128)
@@ -642,6 +643,32 @@ def claims(rs: list | None = None, slopes: list | None = None, g=None) -> list:
                                f"k is 6% of the vocabulary; 0.1% of a 150k one is untested)",
                         short_status="not tested (no margin for 'well')", row=None))
     return out
+
+
+def length_drift_claim(ld) -> dict:
+    """Claim C7 from notebook 14's JSON (figures/14_length_drift_runs.json; None: not run): its primary, plain − SC in
+    the change of the trainer's mean log p(EOS) over fixed held-out prefixes, with the notebook's own status (its
+    declared decision rule; "not decided" with the seeds the design needs when the paired runs were not run)."""
+    claim = "A mismatched sampler drifts the completion length, and SC removes it (plain − SC in Δ log p(EOS))"
+    if not ld:
+        return dict(claim=claim, where="14", number="–", status="untested here: notebook 14 has not run",
+                    short="–", short_status="untested here", row=None)
+    p, pred, par = ld["primary"], ld["prediction"], ld["parameters"]
+    where = (f"14 · constant reward (E[A] = {par['mean_advantage']:g}), {par['sampler_format']} + σ "
+             f"{par['sampler_noise']:g}, {par['max_new_tokens']} tokens, {par['steps']} steps")
+    if p.get("paired_runs_run", True):
+        number = (f"{fmt(p['mean'])} ± {p['ci95']:.3f} nats ({p['n']} seeds; predicted {fmt(pred['delta'])}, "
+                  f"no-drift band ± {pred['no_drift_half_band']:.3f})")
+        short = f"{fmt(p['mean'], d=2)} ± {p['ci95']:.2f} nats ({p['n']} seeds)"
+        short_status = p["status"]
+    else:
+        pilot = ld["pilot"]
+        number = (f"pilot only ({len(pilot['seeds'])} seeds, descriptive): {fmt(p['mean'])} ± {p['ci95']:.3f} nats; "
+                  f"predicted {fmt(pred['delta'])}; the pilot's sd {pilot['sd']:.2f} nats")
+        short = f"pilot {fmt(p['mean'], d=2)} ± {p['ci95']:.2f} nats ({len(pilot['seeds'])} seeds)"
+        short_status = f"not decided (the design needs {p['seeds_needed']} seeds)"
+    return dict(claim=claim, where=where, number=number, status=p["status"], short=short, short_status=short_status,
+                row=None)
 
 
 def _pct(x, signed=True) -> str:

@@ -342,3 +342,20 @@ def test_what_this_does_not_show_names_the_setting_that_ran():
               f"a {g['vocab_size']:,}-token vocabulary", f"{p02['steps']} SGD updates at lr {p02['lr']:g}",
               f"at {p02['max_new_tokens']} tokens", f"With V = {g['vocab_size']:,} the top-{g['parameters']['k']} head"):
         assert s in section, s
+
+
+def test_the_length_drift_claim_reads_notebook_14s_decision():
+    """C7's row carries notebook 14's own status: its decision when the paired runs ran, else 'not decided' with
+    the seeds the design needs (the pilot is descriptive), and 'untested' when the notebook has not run."""
+    base = dict(parameters=dict(mean_advantage=0.15, sampler_format="fp8", sampler_noise=0.1, max_new_tokens=96,
+                                steps=60), prediction=dict(delta=0.124, no_drift_half_band=0.062),
+                pilot=dict(seeds=[1, 2, 3], sd=1.2))
+    ran = verdict.length_drift_claim({**base, "primary": dict(mean=0.2, ci95=0.05, n=20, status="reproduced",
+                                                              paired_runs_run=True)})
+    assert ran["status"] == ran["short_status"] == "reproduced" and "20 seeds" in ran["number"]
+    skipped = verdict.length_drift_claim({**base, "primary": dict(mean=0.3, ci95=2.9, n=3, status="not decided: x",
+                                                                  paired_runs_run=False, seeds_needed=979)})
+    assert skipped["short_status"] == "not decided (the design needs 979 seeds)" and "pilot only" in skipped["number"]
+    assert verdict.length_drift_claim(None)["short_status"] == "untested here"
+    page = verdict.claims_table(verdict.claims())
+    assert "drifts the completion length" in page
