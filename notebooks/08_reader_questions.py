@@ -62,8 +62,9 @@ import json
 import numpy as np
 import matplotlib.pyplot as plt
 import torch
+from scipy import stats
 import scrl_min
-from scrl_min import (ARM_COLORS, arm_config, band_plot, eval_curve, final_reward, mean_ci95, train_many,
+from scrl_min import (ARM_COLORS, arm_config, band_plot, eval_curve, final_reward, mean_ci95, p_text, train_many,
                       with_run_dir, REPO_ROOT, DEFAULT_MODEL_PATH)
 
 if len(seeds) < 2:
@@ -138,12 +139,14 @@ plt.show()
 # %% [markdown]
 # Final values (mean of the last `final_evals` clean evaluations) and the run-mean length (over every clean
 # evaluation after the start: an arm that reaches the budget sooner has a larger one), mean ± 95% over seeds,
-# and each arm's paired difference to the reference and to the uncorrected arm.
+# and each arm's paired difference to the reference and to the uncorrected arm, with its two-sided paired t p value
+# (descriptive: the verdict tests none of these, so no Holm family applies; `docs/verdict.md`).
 
 # %%
-print(f"{'target':>6s} {'arm':7s}{'final length':>17s}{'− ' + ref_arm:>18s}{'run-mean length':>18s}{'− ' + ref_arm:>18s}"
-      f"{'− ' + plain_arm:>18s}{'reward':>17s}{'− ' + plain_arm:>18s}")
-fmt = lambda d, key: f"{d[key]['mean']:+.2f} ± {d[key]['ci95']:.2f}" if key in d else "—"
+print(f"{'target':>6s} {'arm':7s}{'final length':>17s}{'− ' + ref_arm:>26s}{'run-mean length':>18s}{'− ' + ref_arm:>26s}"
+      f"{'− ' + plain_arm:>26s}{'reward':>17s}{'− ' + plain_arm:>26s}")
+fmt = lambda d, key: (f"{d[key]['mean']:+.2f} ± {d[key]['ci95']:.2f} p {p_text(d[key]['p'])}" if key in d  # noqa: E731
+                      else "—")
 for t in names_targets:
     fin = {key: {arm: np.array([final_reward(results[(t, arm, s)], final_evals, key) for s in seeds]) for arm in arms}
            for key in ("eval_len", "eval_reward")}
@@ -157,14 +160,15 @@ for t in names_targets:
             for other in (ref_arm, plain_arm):
                 if other != arm:
                     d = f - fin[key][other]
-                    row[key][f"minus_{other}"] = dict(zip(("mean", "ci95"), map(float, mean_ci95(d))))
+                    row[key][f"minus_{other}"] = dict(zip(("mean", "ci95"), map(float, mean_ci95(d))),
+                                                      p=float(stats.ttest_1samp(d, 0.0).pvalue) if d.std() > 0 else 1.0)
         length["final"][f"target={t}/{arm}"] = row
         lr_ = row["eval_len_run_mean"]
         print(f"{t:6d} {arm:7s}{row['eval_len']['mean']:9.1f} ± {row['eval_len']['ci95']:5.1f}"
-              f"{fmt(row['eval_len'], 'minus_' + ref_arm):>18s}{lr_['mean']:10.1f} ± {lr_['ci95']:5.1f}"
-              f"{fmt(lr_, 'minus_' + ref_arm):>18s}{fmt(lr_, 'minus_' + plain_arm):>18s}"
+              f"{fmt(row['eval_len'], 'minus_' + ref_arm):>26s}{lr_['mean']:10.1f} ± {lr_['ci95']:5.1f}"
+              f"{fmt(lr_, 'minus_' + ref_arm):>26s}{fmt(lr_, 'minus_' + plain_arm):>26s}"
               f"{row['eval_reward']['mean']:10.3f} ± {row['eval_reward']['ci95']:.3f}"
-              f"{fmt(row['eval_reward'], 'minus_' + plain_arm):>18s}")
+              f"{fmt(row['eval_reward'], 'minus_' + plain_arm):>26s}")
 params1 = dict(model=model, arms=arms, seeds=seeds, advantage_mode=advantage_mode, noise_std=noise_std,
                steps=steps, prompts_per_step=prompts_per_step, group_size=group_size,
                max_new_tokens=max_new_tokens, names_targets=names_targets, lr=lr, eval_every=eval_every,

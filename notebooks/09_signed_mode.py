@@ -65,8 +65,9 @@ import json
 
 import numpy as np
 import matplotlib.pyplot as plt
-from scrl_min import (arm_config, check_layout, eval_curve, final_reward, mean_ci95, moving_average, train_many,
-                      with_run_dir, REPO_ROOT, DEFAULT_MODEL_PATH)
+from scipy import stats
+from scrl_min import (arm_config, check_layout, eval_curve, final_reward, mean_ci95, moving_average, p_text,
+                      train_many, with_run_dir, REPO_ROOT, DEFAULT_MODEL_PATH)
 
 # this notebook's arm name → (scrl_min.ARMS preset, fields changed from it); the names are part of the run folders'
 # names (tag + config id), so they stay, and cached runs keep their folders
@@ -167,13 +168,14 @@ for lr in lrs:
 # A run's final reward is the mean of its last `final_evals` clean evaluations; it has *collapsed* when that is
 # below `collapse_below`. Per (arm, learning rate): mean ± 95% over seeds, the collapsed seeds, the final
 # entropy, the gradient norm over the first 10 steps (before any run has collapsed), and the paired
-# difference to `ref` (the no-mismatch run of the same seed and learning rate).
+# difference to `ref` (the no-mismatch run of the same seed and learning rate) with its two-sided paired t p value
+# (descriptive: the verdict tests none of these, so no Holm family applies; `docs/verdict.md`).
 
 # %%
 ent = {k: float(np.mean([r["entropy_p"] for r in v[-10:]])) for k, v in results.items()}
 gnorm = {k: float(np.mean([r["grad_norm"] for r in v[:10]])) for k, v in results.items()}
 table = {}
-print(f"{'arm':8s}{'lr':>6s}{'final eval':>18s}{'− ref':>18s}  collapsed  entropy(last 10)  grad norm(first 10)  per seed")
+print(f"{'arm':8s}{'lr':>6s}{'final eval':>18s}{'− ref':>26s}  collapsed  entropy(last 10)  grad norm(first 10)  per seed")
 for lr in lrs:
     for arm in arms:
         f = np.array([final[(arm, lr, s)] for s in seeds])
@@ -189,10 +191,11 @@ for lr in lrs:
         cell = "—"
         if d is not None and arm != "ref":
             dm, dh = mean_ci95(d)
-            row.update(minus_ref_mean=float(dm), minus_ref_ci95=float(dh))
-            cell = f"{dm:+.3f} ± {dh:.3f}"
+            dp = float(stats.ttest_1samp(d, 0.0).pvalue) if d.std() > 0 else 1.0
+            row.update(minus_ref_mean=float(dm), minus_ref_ci95=float(dh), minus_ref_p=dp)
+            cell = f"{dm:+.3f} ± {dh:.3f} p {p_text(dp)}"
         table[f"{arm}/lr={lr}"] = row
-        print(f"{arm:8s}{lr:6.2f}{m:10.3f} ± {h:.3f}{cell:>18s}  {len(collapsed)}/{len(seeds)}        "
+        print(f"{arm:8s}{lr:6.2f}{m:10.3f} ± {h:.3f}{cell:>26s}  {len(collapsed)}/{len(seeds)}        "
               f"{hm:6.2f} ± {hh:.2f}     {gm:7.3f} ± {gh:.3f}       " + " ".join(f"{v:.3f}" for v in f))
 params = dict(model=model, arms=arms, lrs=lrs, seeds=seeds, advantage_mode=advantage_mode, noise_std=noise_std,
               steps=steps, prompts_per_step=prompts_per_step, group_size=group_size, max_new_tokens=max_new_tokens,
