@@ -275,9 +275,20 @@ else:
     pending("figures/02_fp8_arms.json")
 
 # %% [markdown] tags=["slide"]
-# ## The confirmatory run (notebook 13): pre-registered, not yet run
+# ## The confirmatory run (notebook 13): pre-registered, its runs under way
 
 # %%
+def seeds_done(pre) -> int:
+    """Family A's seeds whose every arm has finished its run in results/13_confirmatory (metrics.jsonl complete)."""
+    arms = pre["arms"] + [a for a in pre["extra_arms"] if a not in pre["arms"]]
+    done = 0
+    for seed in range(pre["first_seed"], pre["first_seed"] + pre["n_seeds"]):
+        runs = [next((REPO / "results" / "13_confirmatory").glob(f"lr{pre['lr']:g}-{a}-s{seed}-*/metrics.jsonl"), None)
+                for a in arms]
+        done += all(r is not None and len(r.read_text().splitlines()) == pre["steps"] for r in runs)
+    return done
+
+
 src = (REPO / "notebooks" / "13_confirmatory.py").read_text()
 cell = src.partition('tags=["parameters"]')[2].partition("\n# %%")[0]
 pre = {n.targets[0].id: ast.literal_eval(n.value) for n in ast.parse(cell).body
@@ -292,7 +303,8 @@ display(Markdown(
     f"- **Family B**, lr {pre['gentle_lr']:g} instead of {pre['lr']:g} ({pre['gentle_n_seeds']} seeds; "
     f"{', '.join(pre['gentle_arms'])}): do the cost and SC's recovery survive a gentler optimizer?\n"
     + ("- Its results are in `docs/verdict.md`; this deck does not show them yet." if ran else
-       "- **No results yet** (`notebooks/pending.yaml`): the pre-registration was committed before any run.")))
+       f"- **No results yet**: the pre-registration was committed before any run; {seeds_done(pre)} of family A's "
+       f"{pre['n_seeds']} seeds have finished (`results/13_confirmatory/`), and none has been analysed.")))
 
 # %% [markdown] tags=["slide"]
 # ## Does SC's edge grow with the mismatch? (notebook 11)
