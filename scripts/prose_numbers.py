@@ -148,6 +148,29 @@ def notebooks() -> list:
     return out
 
 
+def binding_problem(entry: dict, number, srcs: dict, outs: dict):
+    """Why a binding no longer holds for the quoted `number` (a `quoted_numbers` tuple), or None when it holds.
+    srcs: the notebook's `sources`; outs: its `output_texts`. An `unbound` entry holds as long as its text does."""
+    text, value, decimals, pct, _ = number
+    if entry["text"] != text:
+        return f"bound to '{entry['text']}': the prose changed, run --update"
+    if "unbound" in entry:
+        return None
+    if "output_of_cell" in entry:
+        cell = entry["output_of_cell"]
+        return None if in_output(text, {cell: outs.get(cell, "")}) is not None else \
+            f"cell {cell}'s output no longer shows it"
+    if entry["json"] not in srcs:
+        return f"{entry['json']} is gone"
+    try:
+        v = value_at(srcs[entry["json"]], entry["path"])
+    except (KeyError, IndexError, TypeError):
+        return f"{entry['json']} has no {entry['path']}"
+    if not rounds_to(float(v), value, decimals, pct):
+        return f"{entry['json']} {entry['path']} is now {v}: the prose quotes an older run"
+    return None
+
+
 def check(lock: dict) -> list:
     """Problems, one line each (empty when every quoted number is bound and still true)."""
     problems = []
@@ -156,30 +179,18 @@ def check(lock: dict) -> list:
         if len(nums) != len(entries):
             problems.append(f"{stem}: {len(nums)} quoted numbers, {len(entries)} bindings: the prose changed, "
                             f"run scripts/prose_numbers.py --update")
-        for (text, value, decimals, pct, before), e in zip(nums, entries):
-            where = f"{stem}: '{text}' after '…{before[-40:]}'".replace("\n", " ")
-            if e["text"] != text:
-                problems.append(f"{where}: bound to '{e['text']}': the prose changed, run --update")
-            elif "unbound" in e:
-                continue
-            elif "output_of_cell" in e:
-                if in_output(text, {e["output_of_cell"]: output_texts(nb).get(e["output_of_cell"], "")}) is None:
-                    problems.append(f"{where}: cell {e['output_of_cell']}'s output no longer shows it")
-            elif e["json"] not in srcs:
-                problems.append(f"{where}: {e['json']} is gone")
-            else:
-                try:
-                    v = value_at(srcs[e["json"]], e["path"])
-                except (KeyError, IndexError, TypeError):
-                    problems.append(f"{where}: {e['json']} has no {e['path']}")
-                    continue
-                if not rounds_to(float(v), value, decimals, pct):
-                    problems.append(f"{where}: {e['json']} {e['path']} is now {v}: the prose quotes an older run")
+        outs = output_texts(nb)
+        for number, e in zip(nums, entries):
+            problem = binding_problem(e, number, srcs, outs)
+            if problem:
+                where = f"{stem}: '{number[0]}' after '…{number[4][-40:]}'".replace("\n", " ")
+                problems.append(f"{where}: {problem}")
     return problems
 
 
 def update(lock: dict) -> dict:
-    """Keep bindings that still hold (same text, in order); bind the others; mark the unbindable."""
+    """Keep bindings that still hold (same text and context, `binding_problem` None; an `unbound` one only with its
+    reason written), bind the others; mark the unbindable."""
     new = {}
     for stem, nb in notebooks():
         old, srcs, entries, outs = list(lock.get(stem) or []), sources(stem), [], output_texts(nb)
@@ -188,8 +199,7 @@ def update(lock: dict) -> dict:
             keep = next((e for e in old if e["text"] == text and e.get("before") == before[-40:]), None)
             if keep is not None:
                 old.remove(keep)
-                if "unbound" in keep and "TODO" not in keep["unbound"] or "json" in keep and keep["json"] in srcs \
-                        and rounds_to(float(value_at(srcs[keep["json"]], keep["path"])), value, decimals, pct):
+                if binding_problem(keep, number, srcs, outs) is None and "TODO" not in keep.get("unbound", ""):
                     entries.append(keep)
                     continue
             found, cell = bind(number, srcs), None
