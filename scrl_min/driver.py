@@ -335,20 +335,18 @@ class RunFolder:
 
 
 def cpu_record() -> dict:
-    """This machine's CPU: {"model": its model name, "isa": "amx" | "avx512" | "avx2" | "other" (the widest
-    vector extension its flags list), "torch": torch's version}. Linux's /proc/cpuinfo; elsewhere the
-    model is platform.processor() and the isa "other"."""
+    """This machine's CPU: {"model": its model name (Linux's /proc/cpuinfo, else platform.processor()), "isa":
+    "amx" | "avx512" | "avx2" | "other" (the widest vector extension, by torch's own checks, as
+    `cpu_supports_fp8_kv`), "torch": torch's version}."""
     import platform
 
-    model, flags = platform.processor() or "unknown", set()
     try:
-        info = Path("/proc/cpuinfo").read_text()
-        model = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), model)
-        flags = set(next((l.split(":", 1)[1].split() for l in info.splitlines() if l.startswith("flags")), []))
-    except OSError:
-        pass
-    isa = ("amx" if "amx_tile" in flags else "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags
-           else "other")
+        model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("model name"))
+    except (OSError, StopIteration):
+        model = platform.processor() or "unknown"
+    isa = ("amx" if torch.cpu._is_amx_tile_supported() else "avx512" if torch.cpu._is_avx512_supported()
+           else "avx2" if torch.cpu._is_avx2_supported() else "other")
     return dict(model=model, isa=isa, torch=torch.__version__)
 
 
