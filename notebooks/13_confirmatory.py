@@ -201,19 +201,15 @@ import yaml
 from scipy import stats
 
 import scrl_min
-from scrl_min import (DEFAULT_MODEL_PATH, REPO_ROOT, Trainer, arm_config, band_plot, check_layout, collapsed,
-                      curve_auc, eval_curve, final_reward, holm, mcnemar_exact, mean_ci95, p_text, rl_step, run_grid,
-                      trainer_logprobs, with_run_dir)
+from scrl_min import (ARM_COLORS, DEFAULT_MODEL_PATH, REPO_ROOT, Trainer, arm_config, band_plot, check_layout,
+                      collapsed, curve_auc, eval_curve, final_reward, holm, mcnemar_exact, mean_ci95, p_text, rl_step,
+                      run_grid, trainer_logprobs, with_run_dir)
 
 # The arms of this notebook: a scrl_min preset (`scrl_min.ARMS`) and whether it trains with the group baseline
 # (centred advantages at lr × baseline_lr_scale). Every other arm has raw rewards as advantages (A = r).
 ARM_PRESETS = {"bf16": ("bf16", False), "plain": ("plain", False), "baseline": ("plain", True),
                "tis": ("tis", False), "mis": ("mis", False), "sc": ("sc", False), "sc_mis": ("sc_mis", False),
                "sc_baseline": ("sc", True)}
-# One colour per arm in every figure (notebooks 02 and 10's colours for the arms they have; the baseline arms get
-# colours no other notebook uses: brown is notebook 10's exact IS, cyan and olive its and 02's SC + TIS)
-ARM_COLORS = {"bf16": "black", "plain": "tab:red", "baseline": "tab:pink", "tis": "tab:orange",
-              "mis": "tab:purple", "sc": "tab:blue", "sc_mis": "tab:green", "sc_baseline": "teal"}
 # The pre-registered hypotheses (a, b, test) on a − b, in the order of the table above
 FAMILY_A = [("plain", "bf16", "less"), ("sc", "plain", "greater"), ("sc", "mis", "equivalent"),
             ("sc", "tis", "equivalent"), ("sc", "mis", "noninferior"), ("sc", "tis", "noninferior"),

@@ -281,13 +281,12 @@ from pathlib import Path
 
 from scipy import stats
 
-from scrl_min import (arm_config, band_plot, check_layout, eval_curve, holm, mean_ci95, moving_average, p_text,
-                      run_grid, with_run_dir)
+from scrl_min import (ARM_COLORS, arm_config, band_plot, check_layout, eval_curve, holm, mean_ci95, moving_average,
+                      p_text, run_grid, with_run_dir)
 
-ARM_COLORS = {"bf16": "black", "plain": "tab:red", "sc": "tab:blue"}  # one colour per arm, as notebook 02's
-ARM_NAMES = {"bf16": "bf16 (no mismatch)", "plain": "plain", "sc": f"SC (k={k})"}
-if not {"plain", "sc"} <= set(arms) <= set(ARM_COLORS):
-    raise ValueError(f"arms must include plain and sc, within {sorted(ARM_COLORS)}; got {arms}")
+ARM_NAMES = {"bf16": "bf16 (no mismatch)", "plain": "plain", "sc": f"SC (k={k})"}  # this notebook's arms
+if not {"plain", "sc"} <= set(arms) <= set(ARM_NAMES):
+    raise ValueError(f"arms must include plain and sc, within {sorted(ARM_NAMES)}; got {arms}")
 if len(pilot_seeds) < 2 or not 2 <= min_seeds <= max_seeds:
     raise ValueError(f"need >= 2 pilot seeds and 2 <= min_seeds <= max_seeds, got {pilot_seeds}, {min_seeds}, "
                      f"{max_seeds}")
