@@ -402,4 +402,4 @@ display(Markdown("Staleness (notebook 07): 3 seeds on one CPU model, exploratory
 # - **Realistic advantages**: with group-centred advantages the drift has nothing to act on (notebook 06).
 # - **SC against TIS and MIS**: not decided at ±0.05; notebook 13 is sized to decide it.
 #
-# `make reproduce-full` reruns the experiments (10-17 h on 2 cores, est.; resumable); `make slides` builds this deck.
+# `make reproduce-full` reruns the experiments (8-14 h on 2 cores, est.; resumable); `make slides` builds this deck.
