@@ -15,8 +15,11 @@ binding (the prose changed: rerun with --update), when a binding's value no long
 JSON changed under the prose: a rerun that needs its prose rewritten), or when a bound number's text changed.
 
 Binding picks, among the JSON values that round to the number (the number's own decimals; a percentage is the
-value × 100; a magnitude may quote |value|), the one whose key path shares the most words with the 80 characters
-before the number, then the shortest path; values inside long numeric lists (curves over steps) are not used.
+value × 100; a magnitude may quote |value|), one in the notebook's own JSON over one in the verdict's (its forest
+holds hundreds of numbers, many coincidental matches), then the one whose key path shares the most words with the
+80 characters before the number, then the shortest path; values inside long numeric lists (curves over steps) are
+not used: a verdict value is bound only where the notebook's own JSON holds none (a pooled number quoting the
+verdict while its own JSON holds the same digits by chance is one for a hand audit).
 What this does not prove: that a first binding picked the value the sentence means (it is a best guess by context;
 a wrong number written by hand can bind to a coincidental value). Its guarantee is the other way round: once bound,
 a number cannot silently outlive a rerun that moves its value, and a number with no source must say why.
@@ -68,10 +71,13 @@ def quoted_numbers(text: str) -> list:
     return out
 
 
+VERDICT = "figures/verdict_forest.json"
+
+
 def sources(stem: str) -> dict:
     """{json file relative to the repo: its content} that a notebook's prose may quote."""
     files = sorted((REPO / "figures").glob(f"{stem[:2]}_*.json")) + sorted(
-        (REPO / "figures" / "other_cpu").glob(f"{stem[:2]}_*.json")) + [REPO / "figures" / "verdict_forest.json"]
+        (REPO / "figures" / "other_cpu").glob(f"{stem[:2]}_*.json")) + [REPO / VERDICT]
     return {str(f.relative_to(REPO)): json.loads(f.read_text()) for f in files if f.exists()}
 
 
@@ -109,7 +115,8 @@ def bind(number, srcs: dict):
     for name, data in srcs.items():
         for path, v in leaves(data):
             if rounds_to(v, value, decimals, pct):
-                score = (len(context & words(" ".join(map(str, path)))), -len(path), name.startswith("figures/0"))
+                score = (name != VERDICT, len(context & words(" ".join(map(str, path)))), -len(path),
+                         name.startswith("figures/0"))
                 if best is None or score > best[0]:
                     best = (score, name, list(path))
     return None if best is None else (best[1], best[2])

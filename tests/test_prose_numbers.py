@@ -35,6 +35,17 @@ def test_quoted_numbers_skip_bounds_and_settings_and_read_signs_decimals_percent
     assert not pn.rounds_to(-0.1906, -0.190, 3, False)
 
 
+def test_binding_prefers_the_notebooks_own_json_over_the_verdicts():
+    """A value in the notebook's own JSON wins over a verdict value of the same digits, even when the verdict's key
+    path shares more words with the sentence (the forest's many numbers made coincidental first bindings)."""
+    srcs = {"figures/99_x.json": {"arms": {"sc": {"final": 0.2132}}},
+            pn.VERDICT: [{"mean": 0.2133, "ci95": 0.05}]}
+    number = pn.quoted_numbers("pooled mean ci95 of the contrast +0.213")[0]
+    assert pn.bind(number, srcs) == ("figures/99_x.json", ["arms", "sc", "final"])
+    only_verdict = {"figures/99_x.json": {"arms": {"sc": {"final": 0.5}}}, pn.VERDICT: [{"mean": 0.2133}]}
+    assert pn.bind(number, only_verdict) == (pn.VERDICT, [0, "mean"])
+
+
 def _first_bound(kind):
     for stem, es in LOCK.items():
         for i, e in enumerate(es):
