@@ -81,6 +81,13 @@ eval_prompts = 64  # held-out prompts in each clean evaluation, one completion e
 smooth = 5  # moving-average window of the training completion-length curves, steps
 workers = 2  # runs in parallel, one CPU thread each
 runs_dir = "runs/14_length_drift"  # one folder per run configuration (its checkpoint.pt holds the final policy)
+# --- the second design (section 6, amendment 2), declared before its runs
+iter_arms = ["plain", "sc", "bf16"]  # the iterated drift's arms (the first design's three)
+iter_first_seed = 1460  # its seeds: iter_first_seed, ... (fresh: no notebook, test, parameters file or run names them)
+iter_n_seeds = 8  # paired seeds
+iter_steps = 60  # iterated expected updates per run
+iter_eval_every = 10  # updates between measurements on the held-out prefixes
+iter_batches = 1  # sampler batches (8 prompts × 4 completions each) whose prefixes define one update
 
 # %% [markdown]
 # ## 1 · The design, declared before any run
@@ -167,17 +174,20 @@ print(f"held-out: {len(heldout)} prompts, {int(held.completion_mask.sum())} pref
       f"mean on-policy completion length {held.completion_mask.sum(1).float().mean():.1f} tokens (budget {max_new_tokens})")
 
 
-def drift_gradient(model, weights):
-    """Expected update direction (P,) per unit of A over the prefixes of `drift_batches` sampler batches.
-    weights: "plain" (w = q) or "sc" (w = the head's residual); gradient of Σ_prefixes Σ_v sg(w_v) log p_v / N."""
+def drift_gradient(model, weights, smp=None, batch_seeds=None):
+    """Expected update direction (P,) per unit of A over the prefixes of sampler batches: by default section 2's
+    (`sampler`, `drift_batches` batches seeded seed * 1000 + 2b); `smp` and `batch_seeds` (one seed per batch: its
+    prompt draw and its sampling) choose others. weights: "plain" (w = q) or "sc" (w = the head's residual);
+    gradient of Σ_prefixes Σ_v sg(w_v) log p_v / N."""
+    smp = sampler if smp is None else smp
+    batch_seeds = [seed * 1000 + 2 * b for b in range(drift_batches)] if batch_seeds is None else batch_seeds
     grads = [torch.zeros_like(w) for w in model.parameters()]
     n_tok = 0
-    for b in range(drift_batches):
-        g = torch.Generator().manual_seed(seed * 1000 + 2 * b)
+    for bs in batch_seeds:
+        g = torch.Generator().manual_seed(bs)
         pick = torch.randperm(len(train_prompts), generator=g)[:prompts_per_step]
-        ro = sampler.generate([train_prompts[i] for i in pick.tolist() for _ in range(group_size)], max_new_tokens,
-                              eos_id, pad_id, generator=torch.Generator().manual_seed(seed * 1000 + 2 * b + 1),
-                              full_logq=True)
+        ro = smp.generate([train_prompts[i] for i in pick.tolist() for _ in range(group_size)], max_new_tokens,
+                          eos_id, pad_id, generator=torch.Generator().manual_seed(bs + 1), full_logq=True)
         m = ro.completion_mask  # (B, T)
         # the sampler's head is the whole vocabulary sorted by q (k = V): log p there, with grad, in the same order
         _, lp_head = trainer_logprobs(model, ro, 1.0)  # (B, T, V)
@@ -194,7 +204,7 @@ def drift_gradient(model, weights):
             w = w - c + c.sum(-1, keepdim=True) * p
         obj = (w.float() * lp).sum() / m.sum()
         for acc, gr in zip(grads, torch.autograd.grad(obj, list(model.parameters()))):
-            acc += gr / drift_batches
+            acc += gr / len(batch_seeds)
         n_tok += int(m.sum())
     return grads, n_tok
 
@@ -521,6 +531,193 @@ out = dict(
 (fig_dir / "14_length_drift_runs.json").write_text(json.dumps(out, indent=1, default=float))
 print(f"wrote {figures_dir}/14_length_drift_runs.{{png,json}};  run time (after imports): "
       f"{time.perf_counter() - t_start:.0f} s")
+
+# %% [markdown]
+# ## 6 · A second design (amendment 2): the drift alone, iterated
+#
+# **Written on 2026-12-03 after the first design's result (section 4's amendment, "What we saw") and before any
+# run of this design; committed before its first run.** The first design could not decide C7 because the
+# sampled-token noise of a constant-reward run walks the length far more than the drift pushes it. This design
+# removes the walk and keeps the drift: it **iterates section 2's exact expected update**. From the starting
+# policy, each update is θ ← θ + lr E[A] g, with g the expected update direction over the prefixes of
+# `iter_batches` fresh batches of the arm's sampler (8 prompts × 4 completions, 96-token budget) drawn from the
+# *current* policy, where each prefix contributes its exact next-token expectation (plain: w = q; SC: q minus the
+# k = 128 head estimate; section 2's formula). No token is sampled into the update, so the on-policy part of
+# the update is exactly zero and what moves the policy is the drift alone (plus the choice of prefixes). The
+# sampler is refreshed from the trainer before every update, as in training.
+#
+# * **Arms**: **plain** and **SC (k = 128)** with the headline sampler (FP8 + 10% weight noise, the noise drawn
+#   once per seed, as in a training run), and **bf16** (the bf16 sampler, no weight noise: the no-mismatch
+#   reference, plain's update). lr E[A] = 0.5 × 0.15 = 0.075 per update, as in section 2 and the first design.
+# * **Seeds**: 1460-1467 (8, the issue-level floor of this claim; the design has no pilot). A seed fixes the
+#   sampler's noise draw, every update's prompts and its sampling seeds, the same in all three arms. The held-out
+#   prefixes are section 2's (fixed, the same for every run).
+# * **Primary metric**: the change in the trainer's mean log p(EOS) over the held-out prefixes from update 0 to
+#   update 60; **primary contrast** plain − SC, paired over the 8 seeds, t interval (7 df).
+# * **Decision** (the first design's rule): reproduced if the 95% interval lies above 0, contradicted if it lies
+#   below 0, "no length drift here" if it lies within ± Δ/2 = ± 0.062 nats; otherwise not decided, with the seeds
+#   that would decide it (80% power at the observed sd, two-sided 5%).
+# * **Secondaries** (two-sided paired t, Holm over the two): plain − bf16 and SC − bf16 on the same metric.
+#   **Descriptive**: the hazard-implied length of the held-out prefixes, and every arm's curve of mean log p(EOS)
+#   over updates (each seed, and the mean).
+# * **Expected, written before any run**: section 2's one update gives plain +0.0030 and SC +0.0010 nats; if
+#   each update repeats it, 60 updates give plain ≈ +0.18, SC ≈ +0.06 and **plain − SC ≈ +0.12 nats**. The
+#   policy moves as it drifts, so the per-update drift can grow or shrink along the way: expected plain − SC
+#   between +0.06 and +0.25 nats, positive at every seed, and the interval above 0 (reproduced). bf16: a drift
+#   from bf16 rounding alone, expected within ± 0.03 nats of 0 over the 60 updates, so plain − bf16 ≈ +0.18
+#   (decided) and SC − bf16 ≈ +0.06 (SC's own residual, the tail model's error on EOS, which sits outside the
+#   top-128 head: decided or not depends on its sd). The hazard-implied length: about −0.2 tokens in plain and SC
+#   (section 2's −0.003 per update, × 60), no length difference predicted between them at this size.
+# * **What it does not show**: the drift's size against a real reward's signal (there is none here), and
+#   anything about sampled training runs: it is the mechanism, measured without the noise that hid it.
+# * **Run time** (estimated before the runs from one timing of section 2's drift step, 4-5 s per batch on one
+#   thread beside other work): 3 arms × 8 seeds × 60 updates, about 2 hours on one CPU thread, less with two.
+#   Each (arm, seed) is saved to `runs_dir/iterated/` when it finishes: running the cell again continues.
+
+# %%
+iter_seeds = list(range(iter_first_seed, iter_first_seed + iter_n_seeds))
+if not {"plain", "sc"} <= set(iter_arms) <= set(ARM_NAMES):
+    raise ValueError(f"iter_arms must include plain and sc, within {sorted(ARM_NAMES)}; got {iter_arms}")
+if iter_n_seeds < 2 or iter_steps < 1 or iter_eval_every < 1 or iter_batches < 1:
+    raise ValueError(f"need iter_n_seeds >= 2 and iter_steps, iter_eval_every, iter_batches >= 1; got {iter_n_seeds}, "
+                     f"{iter_steps}, {iter_eval_every}, {iter_batches}")
+if set(iter_seeds) & (set(pilot_seeds) | set(seeds) | {seed}):
+    raise ValueError(f"the iterated runs' seeds {iter_seeds} overlap the first design's: choose another iter_first_seed")
+iter_root = REPO_ROOT / runs_dir / "iterated"
+iter_root.mkdir(parents=True, exist_ok=True)
+iter_at = sorted(set(range(0, iter_steps, iter_eval_every)) | {iter_steps})  # the updates after which it is measured
+# the prediction for iter_steps updates (section 2's one update, repeated) and the no-drift band ± half of it
+iter_predicted = {arm: iter_steps * rows[arm]["d_logp_eos"] for arm in ("plain", "sc")}
+iter_delta = iter_predicted["plain"] - iter_predicted["sc"]
+iter_half_band = abs(iter_delta) / 2
+
+
+def iterate_drift(arm: str, run_seed: int) -> dict:
+    """One run of the iterated expected update (this section's design) from the starting policy: `iter_steps`
+    updates θ ← θ + lr E[A] g, g = drift_gradient(current policy, the arm's weights, its sampler refreshed from the
+    current policy, `iter_batches` batches seeded from run_seed and the update's index). Returns the mean log
+    p(EOS) (nats) and the hazard-implied length (tokens) over section 2's held-out prefixes after each update in
+    `iter_at`; saved as runs_dir/iterated/<arm>-s<seed>.json and read back from there."""
+    path = iter_root / f"{arm}-s{run_seed}.json"
+    key = dict(arm=arm, seed=run_seed, steps=iter_steps, at=iter_at, batches=iter_batches, lr=lr,
+               mean_advantage=mean_advantage, k=k, sampler_format=sampler_format, sampler_noise=sampler_noise,
+               max_new_tokens=max_new_tokens, prompts_per_step=prompts_per_step, group_size=group_size, model=model)
+    if path.exists():
+        saved = json.loads(path.read_text())
+        if saved["key"] == key:
+            return saved
+    trainer = copy.deepcopy(policy)
+    fmt, noise = ("bf16", 0.0) if arm == "bf16" else (sampler_format, sampler_noise)
+    smp = TorchSampler(policy.config, precision=fmt, k=V, noise_std=noise, seed=run_seed, fp8_backend="emulated")
+    curve = dict(step=[], mean_logp_eos=[], hazard_length=[])
+    for t in range(iter_steps + 1):
+        if t in iter_at:
+            lp_t, len_t = eos_stats(trainer)
+            curve["step"].append(t)
+            curve["mean_logp_eos"].append(float(lp_t.mean()))
+            curve["hazard_length"].append(float(len_t.mean()))
+        if t == iter_steps:
+            break
+        smp.push_weights(trainer.state_dict())
+        grads, _ = drift_gradient(trainer, "sc" if arm == "sc" else "plain", smp=smp,
+                                  batch_seeds=[run_seed * 100_000 + 100 * t + 2 * b for b in range(iter_batches)])
+        with torch.no_grad():
+            for w, g in zip(trainer.parameters(), grads):
+                w += lr * mean_advantage * g
+    out = dict(key=key, **curve)
+    path.write_text(json.dumps(out))
+    return out
+
+
+t_iter = time.perf_counter()
+iter_runs = {}
+for arm, s in scrl_min.progress_bar([(a, s) for s in iter_seeds for a in iter_arms], desc="iterated runs"):
+    iter_runs[(arm, s)] = iterate_drift(arm, s)
+print(f"{len(iter_runs)} iterated runs ({len(iter_arms)} arms × {len(iter_seeds)} seeds × {iter_steps} updates); "
+      f"{time.perf_counter() - t_iter:.0f} s")
+
+# %% [markdown]
+# The primary and the secondaries, as declared above, and the figure: left, each arm's mean log p(EOS) over the
+# updates (thin: seeds; thick: the mean); right, the paired differences at the last update (dots: seeds; bar: mean
+# ± 95% t interval), with the ± Δ/2 band.
+
+# %%
+d_iter = {arm: np.array([iter_runs[(arm, s)]["mean_logp_eos"][-1] - iter_runs[(arm, s)]["mean_logp_eos"][0]
+                         for s in iter_seeds]) for arm in iter_arms}  # (seeds,) per arm: change over the run, nats
+l_iter = {arm: np.array([iter_runs[(arm, s)]["hazard_length"][-1] - iter_runs[(arm, s)]["hazard_length"][0]
+                         for s in iter_seeds]) for arm in iter_arms}
+iter_contrasts = [("plain", "sc")] + [(a, "bf16") for a in ("plain", "sc") if "bf16" in iter_arms]
+iter_tests = {}
+for a, b in iter_contrasts:
+    dd = d_iter[a] - d_iter[b]
+    m, h = mean_ci95(dd)
+    sd = float(dd.std(ddof=1))
+    iter_tests[f"{a} - {b}"] = dict(per_seed=dd.tolist(), mean=m, ci95=h, sd=sd, n=len(dd),
+                                    p=float(stats.ttest_1samp(dd, 0.0).pvalue) if sd > 0 else float(m == 0))
+prim = iter_tests["plain - sc"]
+lo_i, hi_i = prim["mean"] - prim["ci95"], prim["mean"] + prim["ci95"]
+n_iter_needed = (max(2, math.ceil(((stats.norm.ppf(0.975) + stats.norm.ppf(0.8)) * prim["sd"] / abs(prim["mean"])) ** 2))
+                 if prim["mean"] != 0 else None)
+iter_status = ("reproduced" if lo_i > 0 else "contradicted" if hi_i < 0 else
+               "no length drift here" if -iter_half_band <= lo_i and hi_i <= iter_half_band else
+               f"not decided ({n_iter_needed} seeds would decide it at the observed sd)")
+sec_names = [c for c in iter_tests if c != "plain - sc"]
+sec_holm = dict(zip(sec_names, holm([iter_tests[c]["p"] for c in sec_names]))) if sec_names else {}
+for c, t in iter_tests.items():
+    t["p_holm"] = sec_holm.get(c)
+    role = "primary" if c == "plain - sc" else "secondary"
+    print(f"{role:9s} {c:13s}: {t['mean']:+.4f} ± {t['ci95']:.4f} nats (sd {t['sd']:.4f}, {t['n']} seeds; "
+          f"{int((np.array(t['per_seed']) > 0).sum())}/{t['n']} above 0), p {p_text(t['p'])}"
+          + (f", Holm p {p_text(t['p_holm'])}" if t["p_holm"] is not None else ""))
+print(f"primary: {iter_status}  (predicted about {iter_delta:+.3f}; the no-drift band ± {iter_half_band:.3f})")
+for arm in iter_arms:
+    m, h = mean_ci95(d_iter[arm])
+    ml, hl = mean_ci95(l_iter[arm])
+    print(f"  {ARM_NAMES[arm]:20s}: mean log p(EOS) {m:+.4f} ± {h:.4f} nats, hazard-implied length {ml:+.3f} ± {hl:.3f} "
+          f"tokens over {iter_steps} updates" + (f" (predicted {iter_predicted[arm]:+.3f} nats)" if arm in iter_predicted else ""))
+
+fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 4.8))
+for arm in iter_arms:
+    col = ARM_COLORS[arm]
+    ys = np.array([np.array(iter_runs[(arm, s)]["mean_logp_eos"]) - iter_runs[(arm, s)]["mean_logp_eos"][0]
+                   for s in iter_seeds])  # (seeds, measurements)
+    for y in ys:
+        ax.plot(iter_at, y, color=col, lw=0.6, alpha=0.35)
+    ax.plot(iter_at, ys.mean(0), color=col, lw=2.2, label=ARM_NAMES[arm])
+ax.axhline(0, color="k", lw=0.6)
+ax.set_xlabel("iterated expected updates")
+ax.set_ylabel("change in mean log p(EOS) on held-out prefixes, nats")
+ax.set_title("the drift alone (no sampled tokens in the update)", fontsize=10)
+ax.legend(fontsize=9)
+for j, (c, t) in enumerate(iter_tests.items()):
+    bx.scatter(np.full(t["n"], j) + np.linspace(-0.12, 0.12, t["n"]), t["per_seed"], s=14, color="0.5", zorder=2)
+    bx.errorbar(j, t["mean"], yerr=t["ci95"], color="k", marker="o", capsize=4, zorder=3)
+bx.axhspan(-iter_half_band, iter_half_band, color="0.9", zorder=0, label=f"no-drift band ± {iter_half_band:.3f}")
+bx.axhline(0, color="k", lw=0.6)
+bx.set_xticks(range(len(iter_tests)), list(iter_tests))
+bx.set_ylabel(f"paired difference after {iter_steps} updates, nats")
+bx.set_title(f"primary (plain − SC): {iter_status}", fontsize=10)
+bx.legend(fontsize=9, loc="upper right")
+fig.suptitle(f"Length drift, iterated: {sampler_format} + σ {sampler_noise:g}, lr E[A] = {lr * mean_advantage:.3f}, "
+             f"{len(iter_seeds)} paired seeds")
+fig.tight_layout()
+check_layout(fig)
+fig.savefig(fig_dir / "14_length_drift_iterated.png", dpi=100)
+plt.show()
+(fig_dir / "14_length_drift_iterated.json").write_text(json.dumps(dict(
+    parameters=dict(model=model, arms=iter_arms, seeds=iter_seeds, steps=iter_steps, at=iter_at, batches=iter_batches,
+                    lr=lr, mean_advantage=mean_advantage, k=k, sampler_format=sampler_format,
+                    sampler_noise=sampler_noise, max_new_tokens=max_new_tokens, prompts_per_step=prompts_per_step,
+                    group_size=group_size, heldout_prompts=heldout_prompts),
+    prediction=dict(delta=iter_delta, no_drift_half_band=iter_half_band, per_arm=iter_predicted),
+    primary=dict(contrast="plain - sc", status=iter_status, interval=[lo_i, hi_i], seeds_needed=n_iter_needed,
+                 **prim),
+    tests=iter_tests,
+    per_arm={arm: dict(d_logp_eos_per_seed=d_iter[arm].tolist(), d_hazard_len_per_seed=l_iter[arm].tolist())
+             for arm in iter_arms},
+    curves={f"{a} s{s}": {key: v for key, v in r.items() if key != "key"} for (a, s), r in iter_runs.items()},
+    run_seconds=time.perf_counter() - t_iter), indent=1, default=float))
+print(f"wrote {figures_dir}/14_length_drift_iterated.{{png,json}}")
 
 # %% [markdown]
 # ## What we saw
