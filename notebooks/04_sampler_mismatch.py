@@ -637,7 +637,7 @@ print(f"notebook run time (after imports): {time.perf_counter() - t_start:.1f} s
 #   weights off the bf16 grid).
 # - **torch fp8** (W8A8 e4m3, emulated, σ = 0): mean $|\Delta|$ 0.035 / 0.036 (median 0.024 / 0.022,
 #   p99 0.15 / 0.20, max 0.44 / 0.38); KL $k_3$ 1.2e-3 / 1.5e-3 ($k_1$ 1.6e-3 / 1.9e-3), in line with
-#   the full-vocabulary KL of 0.0011 at T = 1 in notebook 03. No token leaves the MIS band [0.5, 5];
+#   the full-vocabulary KL of 0.0012 at T = 1 in notebook 03. No token leaves the MIS band [0.5, 5];
 #   no sequence at T = 1, one of 128 at T = 0.7; the sequence log-ratio has a standard deviation of
 #   0.23 / 0.28.
 # - **torch fp8 + σ 0.1** (the FP8 arms of notebook 02): mean $|\Delta|$ 0.12 / 0.14 (p99 0.52 / 0.66,
@@ -674,7 +674,7 @@ print(f"notebook run time (after imports): {time.perf_counter() - t_start:.1f} s
 #   FP8 KV cache): bf16 7.4e-7 / 5e-13 → 0.021 / 4.6e-4; int8 0.0061 / 3.7e-5 → 0.022 / 5.2e-4;
 #   int8 W8A8 0.017 / 2.7e-4 → 0.026 / 7.0e-4; fp8 (e4m3 W8A8) 0.035 / 1.2e-3 → 0.041 / 1.7e-3;
 #   fp8 e5m2 0.067 / 4.5e-3 → 0.069 / 4.8e-3; int4 group 32 0.077 / 6.6e-3 → 0.081 / 7.3e-3;
-#   int4 group 128 0.091 / 8.6e-3 → 0.090 / 8.5e-3. Weight noise on bf16: σ = 0.02 0.024 / 5.3e-4,
+#   int4 group 128 0.090 / 8.6e-3 → 0.090 / 8.5e-3. Weight noise on bf16: σ = 0.02 0.024 / 5.3e-4,
 #   σ = 0.05 0.060 / 3.3e-3, σ = 0.1 0.119 / 0.013.
 #   - The real formats span 15x in $|\Delta|$ and 230x in KL. The harshest, int4 with groups of 128,
 #     sits between σ = 0.05 and σ = 0.1 and has two thirds of the KL of the σ = 0.1 arms of

@@ -264,11 +264,12 @@ print(f"saved {figures_dir}/06_regime_map.{{png,json}} and {figures_dir}/06_drif
 #   paired differences (0.28, 0.21, 0.21). TIS +0.18 ± 0.37, MIS +0.18 ± 0.52 and SC+MIS +0.14 ± 0.35 against
 #   plain contain 0, and SC is not told apart from the other corrections (SC − TIS +0.06 ± 0.31, SC − MIS
 #   +0.05 ± 0.45, paired; the section on the corrections against one another). Notebook 11's int4 g128 rung,
-#   5 seeds, does not separate SC from plain (+0.05 ± 0.16).
+#   5 seeds on each of two CPU models, separates SC from plain with its replicates pooled (+0.135 ± 0.054,
+#   the verdict page; +0.22 ± 0.06 and +0.05 ± 0.16 on the two CPU models).
 # * **Raw rewards, FP8 + σ = 0.1 (notebook 02's setting, its seeds 0-2): the importance-ratio arms lead.**
 #   TIS − plain +0.25 ± 0.24, MIS +0.21 ± 0.18 and SC+MIS +0.22 ± 0.13 exclude 0 uncorrected (Holm p 0.93-1.0);
-#   SC alone +0.16 ± 0.19 reaches 0 by 0.02. With 12 seeds notebook 02 resolves SC − plain in this setting
-#   (+0.26 ± 0.07). No two corrections are told apart (TIS − SC+MIS +0.03 ± 0.14, SC − SC+MIS −0.05 ± 0.29,
+#   SC alone +0.16 ± 0.19 reaches 0 by 0.02. With 12 seeds on each of two CPU models notebook 02
+#   resolves SC − plain in this setting (+0.213 ± 0.050 pooled, the verdict page). No two corrections are told apart (TIS − SC+MIS +0.03 ± 0.14, SC − SC+MIS −0.05 ± 0.29,
 #   paired), and in no cell of the map does any pair of corrections separate.
 # * **Raw rewards, FP8 alone: no cost to plain is detected.** Plain − reference is +0.03 ± 0.51 (plain
 #   0.41-0.44 against the reference's 0.20-0.58); TIS − plain −0.11 ± 0.05 and MIS − plain −0.11 ± 0.05

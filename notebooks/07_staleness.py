@@ -441,10 +441,10 @@ print(f"saved {figures_dir}/07_staleness.png and {figures_dir}/07_staleness.json
 #
 # * Staleness at lr 0.5 was a far larger mismatch than FP8: a sampler s steps behind was 0.1 to 2.6 nats of
 #   KL(q‖p) per token away (run means, set by a few collapse steps), against 0.015 for notebook 02's FP8 + σ 0.1.
-# * Uncorrected stale training ended at 0.10-0.24, below the s = 0 reference (0.398 ± 0.468) and below every
+# * Uncorrected stale training ended at 0.09-0.24, below the s = 0 reference (0.398 ± 0.468) and below every
 #   corrected arm's mean at every s.
 # * SC + IS against IS was not told apart: SC+TIS − TIS −0.14 ± 0.33, −0.22 ± 0.25, +0.00 ± 0.50, +0.03 ± 0.03
-#   (s = 1, 2, 4, 8); SC+MIS − MIS +0.19 ± 0.29, −0.23 ± 0.56, −0.06 ± 0.66, +0.09 ± 0.09.
+#   (s = 1, 2, 4, 8); SC+MIS − MIS +0.19 ± 0.29, −0.23 ± 0.55, −0.06 ± 0.66, +0.09 ± 0.09.
 # * The SC + IS arms trained under 1.6 to 5.7 times the KL of the IS arms: TIS and MIS shrink the update where
 #   the ratio is far from 1, centering does not, so with a stale sampler the policy moved away from it faster.
 #

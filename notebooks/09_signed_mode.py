@@ -329,7 +329,7 @@ saved["entropy_pull"] = dict(pull_prompts=pull_prompts, completions=len(pull_ids
 # * **Why plain may collapse more: the drift's pull on entropy**
 #   (docs/method.md, "Measuring drift and signal, and per-prompt offsets"). On the starting policy the FP8 + σ
 #   sampler is flatter than the trainer (H_q − H_p = +0.035 ± 0.006 nats per token), and a logit step along
-#   q − p raises the trainer's entropy (∇H · (q − p) = +0.0070 ± 0.0012 per unit A). With raw rewards (A ≈ +0.1)
+#   q − p raises the trainer's entropy (∇H · (q − p) = +0.0070 ± 0.0011 per unit A). With raw rewards (A ≈ +0.1)
 #   the drift's first-order pull on entropy is +0.0007 ± 0.0002 per token (per unit lr, in logit space): toward
 #   higher entropy. With signed rewards (A ≈ −0.8) it is −0.0056 ± 0.0009: 7.6 times larger and toward lower
 #   entropy, the direction of a collapse, while the signal's own pull (−0.0014 ± 0.0088) is not resolved. This
