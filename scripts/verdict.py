@@ -629,7 +629,7 @@ def claims(rs: list | None = None, slopes: list | None = None, g=None) -> list:
     for s_ in (1, 8):
         add(f"Centering helps under staleness (SC+TIS > TIS), s = {s_}", f"07 · bf16 sampler, staleness {s_}",
             _find(rs, "07", "sc_tis − tis", f"staleness s = {s_},"))
-    out.append(length_drift_claim(_load("14_length_drift_runs.json")))
+    out.append(length_drift_claim(_load("14_length_drift_runs.json"), _load("14_length_drift_iterated.json")))
     if topk:
         b = topk["settings"]["σ=0.1, T=1"]["by_k"]
         i = b["k"].index(128)
@@ -645,11 +645,24 @@ def claims(rs: list | None = None, slopes: list | None = None, g=None) -> list:
     return out
 
 
-def length_drift_claim(ld) -> dict:
+def length_drift_claim(ld, iterated=None) -> dict:
     """Claim C7 from notebook 14's JSON (figures/14_length_drift_runs.json; None: not run): its primary, plain − SC in
     the change of the trainer's mean log p(EOS) over fixed held-out prefixes, with the notebook's own status (its
-    declared decision rule; "not decided" with the seeds the design needs when the paired runs were not run)."""
+    declared decision rule; "not decided" with the seeds the design needs when the paired runs were not run).
+    When the notebook's second design has run (figures/14_length_drift_iterated.json: the exact expected update
+    iterated, its amendment 2), its primary decides the row, under the same rule; the first design's is noted."""
     claim = "A mismatched sampler drifts the completion length, and SC removes it (plain − SC in Δ log p(EOS))"
+    if iterated:
+        p, pred, par = iterated["primary"], iterated["prediction"], iterated["parameters"]
+        where = (f"14 · the drift alone (the expected update iterated, no sampled tokens), {par['sampler_format']} + σ "
+                 f"{par['sampler_noise']:g}, lr E[A] = {par['lr'] * par['mean_advantage']:g}, {par['steps']} updates")
+        first = "" if not ld else (f"; the first design (sampled training runs) was not decided: "
+                                   f"{ld['primary'].get('status', '–')}")
+        number = (f"{fmt(p['mean'])} ± {p['ci95']:.3f} nats ({p['n']} seeds; predicted {fmt(pred['delta'])}, "
+                  f"no-drift band ± {pred['no_drift_half_band']:.3f}){first}")
+        return dict(claim=claim, where=where, number=number, status=p["status"],
+                    short=f"{fmt(p['mean'], d=2)} ± {p['ci95']:.2f} nats ({p['n']} seeds, iterated drift)",
+                    short_status=p["status"], row=None)
     if not ld:
         return dict(claim=claim, where="14", number="–", status="untested here: notebook 14 has not run",
                     short="–", short_status="untested here", row=None)

@@ -357,5 +357,13 @@ def test_the_length_drift_claim_reads_notebook_14s_decision():
                                                                   paired_runs_run=False, seeds_needed=979)})
     assert skipped["short_status"] == "not decided (the design needs 979 seeds)" and "pilot only" in skipped["number"]
     assert verdict.length_drift_claim(None)["short_status"] == "untested here"
+    # the second design (amendment 2), when it has run, decides the row under the same rule; the first is noted
+    it = dict(parameters=dict(sampler_format="fp8", sampler_noise=0.1, lr=0.5, mean_advantage=0.15, steps=60),
+              prediction=dict(delta=0.124, no_drift_half_band=0.062),
+              primary=dict(mean=0.15, ci95=0.02, n=8, status="reproduced"))
+    both = verdict.length_drift_claim({**base, "primary": dict(mean=0.3, ci95=2.9, n=3, status="not decided: x",
+                                                               paired_runs_run=False, seeds_needed=979)}, it)
+    assert both["status"] == both["short_status"] == "reproduced" and "8 seeds" in both["number"]
+    assert "iterated" in both["where"] and "not decided: x" in both["number"]
     page = verdict.claims_table(verdict.claims())
     assert "drifts the completion length" in page
