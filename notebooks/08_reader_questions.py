@@ -371,7 +371,7 @@ print(f"saved {figures_dir}/08_prompt_offsets.png and {figures_dir}/08_prompt_of
 # **Length drift: not detected, because the reward drives every arm to the budget.** Under both rewards the
 # trainer's own completions grow from 64 tokens to the 96-token cap within 10-60 updates in every arm, the
 # no-mismatch reference included, and end there (final lengths 94.1-96.0, every paired difference to the
-# reference within ±0.6 tokens, intervals ±2.2 or less). Longer completions hold more distinct names and earn
+# reference within ±0.51 tokens, intervals ±2.2 or less). Longer completions hold more distinct names and earn
 # more, so the reward pushes EOS down in every arm; even names target 4, meant to leave length free, pays for it
 # (the starting policy earns 0.68 of it, and longer completions earn the rest). A drift would have to show as
 # speed: with names target 4, plain is at the cap after 10 updates in all 3 seeds (96.0, 96.0, 95.4 tokens,
@@ -388,9 +388,10 @@ print(f"saved {figures_dir}/08_prompt_offsets.png and {figures_dir}/08_prompt_of
 #
 # **The reward cost is large at this budget.** Plain FP8 collapses: final clean reward 0.057 ± 0.177 (target
 # 24) against the reference's 0.484 ± 0.182, and SC recovers most of it: SC − plain +0.32 ± 0.07, paired, an
-# interval well above 0 (target 4: +0.434 ± 0.427, which barely excludes 0). Notebook 02's SC − plain was
-# +0.13 ± 0.11, but it differs in more than the budget (24 tokens, names target 12, 100 steps, 5 seeds), so the
-# larger gap here is not attributable to length alone.
+# interval well above 0 (target 4: +0.434 ± 0.427, which barely excludes 0). Notebook 02's SC − plain is
+# +0.213 ± 0.050 (its two CPU models' replicates pooled, the verdict page), but it differs in more than the
+# budget (24 tokens, names target 12, 100 steps, 12 seeds on each of two CPU models), so the larger gap here is
+# not attributable to length alone.
 #
 # **Per-prompt offsets: centering removes them, and they are large here.** On the starting policy with the
 # FP8 + σ = 0.1 sampler (24-token completions, names target 12), a unit offset on a prompt's rewards adds an
