@@ -656,7 +656,7 @@ def length_drift_claim(ld, iterated=None) -> dict:
         p, pred, par = iterated["primary"], iterated["prediction"], iterated["parameters"]
         where = (f"14 · the drift alone (the expected update iterated, no sampled tokens), {par['sampler_format']} + σ "
                  f"{par['sampler_noise']:g}, lr E[A] = {par['lr'] * par['mean_advantage']:g}, {par['steps']} updates")
-        first = "" if not ld else (f"; the first design (sampled training runs) was not decided: "
+        first = "" if not ld else (f"; the first design (sampled training runs): "
                                    f"{ld['primary'].get('status', '–')}")
         number = (f"{fmt(p['mean'])} ± {p['ci95']:.3f} nats ({p['n']} seeds; predicted {fmt(pred['delta'])}, "
                   f"no-drift band ± {pred['no_drift_half_band']:.3f}){first}")
