@@ -1,17 +1,27 @@
 """Settings for `make test`, which runs the suite in two pytest-xdist worker processes (`-n 2 --dist loadscope`).
 
-Each worker gets its own torch.distributed rendezvous port. TRL's trainer, accelerate and vLLM's in-process engine
-read `MASTER_PORT` (accelerate falls back to 29500), and so do the notebook kernels a smoke run starts, which
-inherit the worker's environment. Two workers on one port would make one of them fail to bind, e.g. notebook 05's
-smoke run beside another worker's vLLM engine. Inside one worker, tests run one after another, as in a
-single-process run.
+torch.distributed rendezvous ports. TRL's trainer, accelerate and vLLM's in-process engine read `MASTER_PORT`
+(accelerate falls back to 29500), and so do the notebook kernels a smoke run starts, which inherit the test's
+environment. A vLLM engine made by one test keeps its port for as long as its process lives, so a later test in
+the same process (or in the other worker) that binds the same port fails (`EADDRINUSE`), e.g. notebook 05's smoke
+run after tests/test_trl_vllm.py, an order that xdist's scheduling can produce. So every test gets a port of its
+own, free when the test starts; tests that launch processes with `accelerate launch` pass `--main_process_port 0`
+(accelerate picks a free one), because accelerate ignores `MASTER_PORT`.
 """
-import os
+import socket
 
-BASE_PORT = 29500  # torch.distributed's usual default; worker gwN gets BASE_PORT + 10 N
+import pytest
 
 
-def pytest_configure(config):
-    worker = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1", ... in a worker; unset in a one-process run
-    if worker:
-        os.environ["MASTER_PORT"] = str(BASE_PORT + 10 * int(worker.removeprefix("gw")))
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(autouse=True)
+def own_rendezvous_port(monkeypatch):
+    """MASTER_PORT for this test (and the processes it starts): a free port, not the one an engine of an earlier
+    test in this process may still hold."""
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))

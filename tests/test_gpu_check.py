@@ -42,13 +42,9 @@ def test_gpu_check_dry_run(tmp_path):
     trl_parts = "trl_loss,trl_vllm,trl_fp8" if HAVE_VLLM else "trl_loss"  # vLLM parts need vllm(-cpu)
     code = RUN.format(scripts=str(REPO_ROOT / "scripts"), out1=str(tmp_path / "torch.json"),
                       out2=str(tmp_path / "trl.json"), trl_parts=trl_parts)
-    import socket
-
-    with socket.socket() as s:  # a free port for torch.distributed: an engine of an earlier test may hold 29500
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
+    # MASTER_PORT: this test's own free port (tests/conftest.py); an engine of an earlier test may hold another
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=REPO_ROOT,
-                       env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT), "MASTER_PORT": port})
+                       env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = {**json.loads((tmp_path / "torch.json").read_text()), **json.loads((tmp_path / "trl.json").read_text())}
     assert res["device"] == "cpu" and res["dry_run"]

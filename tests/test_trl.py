@@ -210,7 +210,7 @@ def test_two_process_gradient_equals_single_process_gradient(tmp_path):
     assert n0 != n1, "equal token counts per process would hide bnpo's local normalization"
     torch.save(batch, tmp_path / "batch.pt")
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
            str(scrl_min.REPO_ROOT / "scripts" / "trl_ddp.py"), "--out", str(tmp_path / "ddp"),
            "--batch", str(tmp_path / "batch.pt"), "--loss_types", ",".join(DDP_LOSS_TYPES), "--steps", "2",
            "--config", json.dumps(cfg)]
