@@ -16,15 +16,19 @@
 # replaced it). Nothing in them has changed. This notebook adds only what comes after them, once the task's
 # constant-reward option (`TrainConfig.constant_reward`) existed: the runs' parameters (the parameters cell's
 # second block), section 3 (the pilot and the seed count), section 4 (the paired runs), section 5 (the primary
-# metric, the secondaries and the decision, exactly as declared), the figure, and "What we saw".
+# metric, the secondaries and the decision, exactly as declared), the figure, and "What we saw"; then, after the
+# first design's result, the second design (amendment 2: the parameters cell's third block and section 6, its own
+# pre-registration committed in e713cb0 before its runs, its runs and its figure).
 #
 # **Run time and hardware:** CPU only, no GPU. The prediction takes about 2 minutes on 2 CPU cores; each
 # 60-step run at the 96-token budget about 3.5 CPU-thread minutes (about 3.2 s per step and 2.6 s per clean
 # evaluation, timed before the first run), so the pilot (6 runs) and the paired runs (3 arms × n seeds, n ≥ 8
 # set by the pilot) take about an hour on 2 cores at 8 seeds, two runs at a time, and about 6 minutes more
-# per seed the pilot asks for beyond 8 (more on a loaded machine). Resumable: one folder per run
-# configuration, a bar over runs. The defaults write `runs/figures/14_length_drift.{png,json}` and
-# `14_length_drift_runs.{png,json}`; `make reproduce-full` writes them to `figures/`.
+# per seed the pilot asks for beyond 8 (more on a loaded machine). Section 6's 24 iterated runs took 63 minutes
+# on one thread plus a second process for part of them (docs/development.md); in one process about 1.5 hours.
+# Resumable: one folder per run configuration (section 6: one JSON per run), a bar over runs. The defaults write
+# `runs/figures/14_length_drift.{png,json}`, `14_length_drift_runs.{png,json}` and
+# `14_length_drift_iterated.{png,json}`; `make reproduce-full` writes them to `figures/`.
 
 # %% [markdown]
 # # 14 · Length drift (claim C7): pre-registration and the one-step prediction
@@ -549,7 +553,7 @@ print(f"wrote {figures_dir}/14_length_drift_runs.{{png,json}};  run time (after 
 # * **Arms**: **plain** and **SC (k = 128)** with the headline sampler (FP8 + 10% weight noise, the noise drawn
 #   once per seed, as in a training run), and **bf16** (the bf16 sampler, no weight noise: the no-mismatch
 #   reference, plain's update). lr E[A] = 0.5 × 0.15 = 0.075 per update, as in section 2 and the first design.
-# * **Seeds**: 1460-1467 (8, the issue-level floor of this claim; the design has no pilot). A seed fixes the
+# * **Seeds**: 1460-1467 (8, the floor this claim's test was given; the design has no pilot). A seed fixes the
 #   sampler's noise draw, every update's prompts and its sampling seeds, the same in all three arms. The held-out
 #   prefixes are section 2's (fixed, the same for every run).
 # * **Primary metric**: the change in the trainer's mean log p(EOS) over the held-out prefixes from update 0 to
@@ -754,14 +758,17 @@ print(f"wrote {figures_dir}/14_length_drift_iterated.{{png,json}}")
 #   above 0. At the observed sd, 66 seeds would decide it, and the mean is on the side the claim does not
 #   predict. Secondaries (Holm over two): plain − bf16 −0.335 ± 0.679, SC − bf16 −0.080 ± 0.087 (Holm p 0.134);
 #   neither is decided.
-# * **Why: the drift is large, but its direction is set by the sampler's noise draw.** Each seed draws its own
+# * **Why, as we read it after the fact (an explanation, not a tested hypothesis): the drift is large, but its
+#   direction is set by the sampler's noise draw.** Each seed draws its own
 #   weight noise, and with it its own mismatch. Plain's mean log p(EOS) moved +0.81, −0.36, −1.23, −0.93, −0.45,
 #   +0.57, +0.23 and −1.33 nats (seeds 1460-1467). The one-update prediction came from one draw (seed 0), where
 #   the push was toward EOS; at five of these eight draws it was away from EOS. So "the mismatch shortens
 #   completions" is not a property of this sampler family; a push of either sign is.
-# * **The bf16 reference does not move.** With the full vocabulary, its sampler's q equals the trainer's p up to
-#   bf16 rounding: its change is +0.0000 ± 0.0000 nats, so every movement above is the FP8 + noise mismatch.
-# * **SC leaves a residual about a tenth of plain's** (exploratory: this comparison was not pre-registered). SC's
+# * **The bf16 reference does not move, and here it cannot.** The checkpoint is stored in bf16, so the bf16
+#   sampler is the trainer itself (exactly on-policy): its change is +0.0000 ± 0.0000 nats, and plain − bf16 is
+#   plain's own change. Every movement above is the FP8 + noise mismatch. The pre-registration's ± 0.03 nats for
+#   bf16 rounding did not know this.
+# * **SC leaves a residual about a seventh of plain's** (exploratory: this comparison was not pre-registered). SC's
 #   changes were +0.03, −0.14, −0.07, −0.09, −0.19, +0.01, +0.04 and −0.24 nats. Their size is smaller than
 #   plain's at all 8 seeds: on average 0.10 against 0.74 nats.
 # * **Plain's length moved, SC's hardly.** Plain's hazard-implied length changed by −5.1 ± 18.7 tokens. Seed 1460

@@ -660,9 +660,10 @@ def length_drift_claim(ld, iterated=None) -> dict:
                                    f"{ld['primary'].get('status', '–')}")
         number = (f"{fmt(p['mean'])} ± {p['ci95']:.3f} nats ({p['n']} seeds; predicted {fmt(pred['delta'])}, "
                   f"no-drift band ± {pred['no_drift_half_band']:.3f}){first}")
-        return dict(claim=claim, where=where, number=number, status=p["status"],
+        status = p["status"] + ("; the mean is on the side the claim does not predict" if p["mean"] < 0 else "")
+        return dict(claim=claim, where=where, number=number, status=status,
                     short=f"{fmt(p['mean'], d=2)} ± {p['ci95']:.2f} nats ({p['n']} seeds, iterated drift)",
-                    short_status=p["status"], row=None)
+                    short_status=status, row=None)
     if not ld:
         return dict(claim=claim, where="14", number="–", status="untested here: notebook 14 has not run",
                     short="–", short_status="untested here", row=None)

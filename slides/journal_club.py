@@ -390,9 +390,9 @@ display(Markdown("Pooled over two CPU models (the seeds shown); every interval a
 
 # %%
 display(Markdown(claim_table([c for c in cs if c not in reward and not c["where"].startswith("10")])))
-display(Markdown("Staleness (notebook 07): 3 seeds on one CPU model, exploratory. Length (notebook 14): the drift "
+display(Markdown("Staleness (notebook 07): its first design's 3 seeds on one CPU model (its redesign has not run), exploratory. Length (notebook 14): the drift "
                  "alone, iterated, 8 paired seeds; its sign follows the sampler's noise draw, and SC's residual is about "
-                 "a tenth of plain's (exploratory). The gradient's claims: the slide on notebook 10. Every interval and p: "
+                 "a seventh of plain's (exploratory). The gradient's claims: the slide on notebook 10. Every interval and p: "
                  "`docs/verdict.md`."))
 
 # %% [markdown] tags=["slide"]

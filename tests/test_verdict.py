@@ -365,5 +365,7 @@ def test_the_length_drift_claim_reads_notebook_14s_decision():
                                                                paired_runs_run=False, seeds_needed=979)}, it)
     assert both["status"] == both["short_status"] == "reproduced" and "8 seeds" in both["number"]
     assert "iterated" in both["where"] and "not decided: x" in both["number"]
+    wrong_side = verdict.length_drift_claim(None, {**it, "primary": dict(mean=-0.2, ci95=0.5, n=8, status="not decided")})
+    assert wrong_side["short_status"] == "not decided; the mean is on the side the claim does not predict"
     page = verdict.claims_table(verdict.claims())
     assert "drifts the completion length" in page
