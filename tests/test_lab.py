@@ -13,7 +13,6 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import free_port  # tests/conftest.py: a TCP port free now
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
@@ -160,12 +160,6 @@ def test_restoring_a_saved_notebook_takes_both_files_of_the_pair(lab):
     nb = run(cm.get(path, type="notebook"))["content"]
     assert "scrl_min_run" in nb.metadata
     assert not any("edited in the lab" in c.source for c in nb.cells)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow
