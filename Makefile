@@ -25,8 +25,8 @@ TEST_WORKERS ?= 2  # make test: pytest-xdist worker processes, one thread each (
 
 NBVAL  := notebooks/01_signal_and_drift.ipynb notebooks/12_method_note.ipynb  # fast and deterministic at full size: outputs compared
 REPRODUCE_NB := $(addprefix notebooks/,01_signal_and_drift.ipynb 03_topk_estimator.ipynb 04_sampler_mismatch.ipynb \
-                05_score_centering_in_trl.ipynb 12_method_note.ipynb)  # make reproduce: within 30 minutes
-FULL_NB      := $(filter-out $(REPRODUCE_NB),$(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb)))  # the rest: within 5 hours
+                05_score_centering_in_trl.ipynb 12_method_note.ipynb)  # make reproduce: minutes (README)
+FULL_NB      := $(filter-out $(REPRODUCE_NB),$(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb)))  # the rest: hours, resumable (README; docs/development.md)
 
 .PHONY: setup reproduce reproduce-full test lab slides sync model clean
 
