@@ -13,7 +13,9 @@
 # (claim C7): pre-registration and the one-step prediction" to the end of section 2 (and the first block of the
 # parameters cell) are the record committed on 2026-12-03 in commit 778af74, before any training run of this
 # experiment (as `docs/preregistrations/14_length_drift.py`, whose note says why it lived there; this notebook
-# replaced it). Nothing in them has changed. This notebook adds only what comes after them, once the task's
+# replaced it). Nothing in them has changed but one move: section 2's two functions now call `scrl_min.expected_update`
+# and `scrl_min.eos_stats`, the same arithmetic moved into the package so that section 6 can run in worker processes
+# (the record's own definitions are in commit 778af74). This notebook adds only what comes after them, once the task's
 # constant-reward option (`TrainConfig.constant_reward`) existed: the runs' parameters (the parameters cell's
 # second block), section 3 (the pilot and the seed count), section 4 (the paired runs), section 5 (the primary
 # metric, the secondaries and the decision, exactly as declared), the figure, and "What we saw"; then, after the
@@ -25,8 +27,9 @@
 # evaluation, timed before the first run), so the pilot (6 runs) and the paired runs (3 arms × n seeds, n ≥ 8
 # set by the pilot) take about an hour on 2 cores at 8 seeds, two runs at a time, and about 6 minutes more
 # per seed the pilot asks for beyond 8 (more on a loaded machine). Section 6's 24 iterated runs took 63 minutes
-# on one thread plus a second process for part of them (docs/development.md); in one process about 1.5 hours.
-# Resumable: one folder per run configuration (section 6: one JSON per run), a bar over runs. The defaults write
+# on one thread plus a second process for part of them (docs/development.md); they now run `workers` at a time
+# (`scrl_min.iterated_drift_runs`). Resumable: one folder per run configuration (section 6: one JSON per run), a
+# bar over runs. The defaults write
 # `runs/figures/14_length_drift.{png,json}`, `14_length_drift_runs.{png,json}` and
 # `14_length_drift_iterated.{png,json}`; `make reproduce-full` writes them to `figures/`.
 
@@ -151,8 +154,8 @@ import numpy as np
 import torch
 
 import scrl_min
-from scrl_min import (DEFAULT_MODEL_PATH, EVAL_SEED, REPO_ROOT, RHO_EPS, TAIL_TOL, TorchSampler, TrainConfig,
-                      encode_prompt, load_policy, make_task_dataset, trainer_logprobs)
+from scrl_min import (DEFAULT_MODEL_PATH, EVAL_SEED, REPO_ROOT, TorchSampler, TrainConfig, encode_prompt,
+                      expected_update, load_policy, make_task_dataset)
 
 t_start = time.perf_counter()
 model_path = str(DEFAULT_MODEL_PATH) if model == "default" else model
@@ -178,50 +181,17 @@ print(f"held-out: {len(heldout)} prompts, {int(held.completion_mask.sum())} pref
       f"mean on-policy completion length {held.completion_mask.sum(1).float().mean():.1f} tokens (budget {max_new_tokens})")
 
 
-def drift_gradient(model, weights, smp=None, batch_seeds=None):
-    """Expected update direction (P,) per unit of A over the prefixes of sampler batches: by default section 2's
-    (`sampler`, `drift_batches` batches seeded seed * 1000 + 2b); `smp` and `batch_seeds` (one seed per batch: its
-    prompt draw and its sampling) choose others. weights: "plain" (w = q) or "sc" (w = the head's residual);
-    gradient of Σ_prefixes Σ_v sg(w_v) log p_v / N."""
-    smp = sampler if smp is None else smp
-    batch_seeds = [seed * 1000 + 2 * b for b in range(drift_batches)] if batch_seeds is None else batch_seeds
-    grads = [torch.zeros_like(w) for w in model.parameters()]
-    n_tok = 0
-    for bs in batch_seeds:
-        g = torch.Generator().manual_seed(bs)
-        pick = torch.randperm(len(train_prompts), generator=g)[:prompts_per_step]
-        ro = smp.generate([train_prompts[i] for i in pick.tolist() for _ in range(group_size)], max_new_tokens,
-                          eos_id, pad_id, generator=torch.Generator().manual_seed(bs + 1), full_logq=True)
-        m = ro.completion_mask  # (B, T)
-        # the sampler's head is the whole vocabulary sorted by q (k = V): log p there, with grad, in the same order
-        _, lp_head = trainer_logprobs(model, ro, 1.0)  # (B, T, V)
-        lp = lp_head[m]  # (N, V)
-        q = ro.head_logp[m].double().exp()  # (N, V) the sampler's next-token distribution, sorted
-        p = lp.detach().double().exp()
-        w = q.clone()
-        if weights == "sc":  # subtract the head estimate μ̂ = c − (Σc) p, c_v = q_v − ρ p_v on the first k (the k-head)
-            tail_q = (1 - q[:, :k].sum(-1)).clamp(min=0)
-            tail_p = (1 - p[:, :k].sum(-1)).clamp(min=RHO_EPS)
-            rho = torch.where(tail_q <= TAIL_TOL, 0.0, tail_q / tail_p)  # (N,)
-            c = torch.zeros_like(q)
-            c[:, :k] = q[:, :k] - rho[:, None] * p[:, :k]
-            w = w - c + c.sum(-1, keepdim=True) * p
-        obj = (w.float() * lp).sum() / m.sum()
-        for acc, gr in zip(grads, torch.autograd.grad(obj, list(model.parameters()))):
-            acc += gr / len(batch_seeds)
-        n_tok += int(m.sum())
-    return grads, n_tok
+def drift_gradient(model, weights):
+    # the expected update direction per unit of A over the prefixes of `drift_batches` batches of `sampler`
+    # (seeded seed * 1000 + 2b): scrl_min.expected_update, exact over the vocabulary at every prefix
+    return expected_update(model, sampler, train_prompts, [seed * 1000 + 2 * b for b in range(drift_batches)],
+                           weights=weights, k=k, prompts_per_step=prompts_per_step, group_size=group_size,
+                           max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id)
 
 
-@torch.no_grad()
 def eos_stats(model):
     # log p(EOS) at every held-out prefix (N,), and the hazard-implied length per held-out trajectory (n,)
-    _, _, full_logp = trainer_logprobs(model, held, 1.0, full=True)
-    m = held.completion_mask
-    lp_eos = full_logp[..., eos_id]  # (n, T)
-    h = lp_eos.exp().masked_fill(~m, 0.0)
-    survive = torch.cumprod(torch.cat([torch.ones(len(h), 1), 1 - h[:, :-1]], 1), 1) * m  # P(no EOS before t)
-    return lp_eos[m], survive.sum(1)
+    return scrl_min.eos_stats(model, held, eos_id)
 
 
 base_lp, base_len = eos_stats(policy)
@@ -295,8 +265,8 @@ from pathlib import Path
 
 from scipy import stats
 
-from scrl_min import (ARM_COLORS, arm_config, band_plot, check_layout, eval_curve, holm, mean_ci95, moving_average,
-                      p_text, run_grid, with_run_dir)
+from scrl_min import (ARM_COLORS, arm_config, band_plot, check_layout, eval_curve, holm, iterated_drift_runs, mean_ci95,
+                      moving_average, p_text, run_grid, with_run_dir)
 
 ARM_NAMES = {"bf16": "bf16 (no mismatch)", "plain": "plain", "sc": f"SC (k={k})"}  # this notebook's arms
 if not {"plain", "sc"} <= set(arms) <= set(ARM_NAMES):
@@ -587,56 +557,24 @@ if iter_n_seeds < 2 or iter_steps < 1 or iter_eval_every < 1 or iter_batches < 1
                      f"{iter_steps}, {iter_eval_every}, {iter_batches}")
 if set(iter_seeds) & (set(pilot_seeds) | set(seeds) | {seed}):
     raise ValueError(f"the iterated runs' seeds {iter_seeds} overlap the first design's: choose another iter_first_seed")
-iter_root = REPO_ROOT / runs_dir / "iterated"
-iter_root.mkdir(parents=True, exist_ok=True)
 iter_at = sorted(set(range(0, iter_steps, iter_eval_every)) | {iter_steps})  # the updates after which it is measured
 # the prediction for iter_steps updates (section 2's one update, repeated) and the no-drift band ± half of it
 iter_predicted = {arm: iter_steps * rows[arm]["d_logp_eos"] for arm in ("plain", "sc")}
 iter_delta = iter_predicted["plain"] - iter_predicted["sc"]
 iter_half_band = abs(iter_delta) / 2
 
-
-def iterate_drift(arm: str, run_seed: int) -> dict:
-    """One run of the iterated expected update (this section's design) from the starting policy: `iter_steps`
-    updates θ ← θ + lr E[A] g, g = drift_gradient(current policy, the arm's weights, its sampler refreshed from the
-    current policy, `iter_batches` batches seeded from run_seed and the update's index). Returns the mean log
-    p(EOS) (nats) and the hazard-implied length (tokens) over section 2's held-out prefixes after each update in
-    `iter_at`; saved as runs_dir/iterated/<arm>-s<seed>.json and read back from there."""
-    path = iter_root / f"{arm}-s{run_seed}.json"
-    key = dict(arm=arm, seed=run_seed, steps=iter_steps, at=iter_at, batches=iter_batches, lr=lr,
-               mean_advantage=mean_advantage, k=k, sampler_format=sampler_format, sampler_noise=sampler_noise,
-               max_new_tokens=max_new_tokens, prompts_per_step=prompts_per_step, group_size=group_size, model=model)
-    if path.exists():
-        saved = json.loads(path.read_text())
-        if saved["key"] == key:
-            return saved
-    trainer = copy.deepcopy(policy)
-    fmt, noise = ("bf16", 0.0) if arm == "bf16" else (sampler_format, sampler_noise)
-    smp = TorchSampler(policy.config, precision=fmt, k=V, noise_std=noise, seed=run_seed, fp8_backend="emulated")
-    curve = dict(step=[], mean_logp_eos=[], hazard_length=[])
-    for t in range(iter_steps + 1):
-        if t in iter_at:
-            lp_t, len_t = eos_stats(trainer)
-            curve["step"].append(t)
-            curve["mean_logp_eos"].append(float(lp_t.mean()))
-            curve["hazard_length"].append(float(len_t.mean()))
-        if t == iter_steps:
-            break
-        smp.push_weights(trainer.state_dict())
-        grads, _ = drift_gradient(trainer, "sc" if arm == "sc" else "plain", smp=smp,
-                                  batch_seeds=[run_seed * 100_000 + 100 * t + 2 * b for b in range(iter_batches)])
-        with torch.no_grad():
-            for w, g in zip(trainer.parameters(), grads):
-                w += lr * mean_advantage * g
-    out = dict(key=key, **curve)
-    path.write_text(json.dumps(out))
-    return out
-
-
+# one run per (arm, seed): scrl_min.iterate_drift from the starting policy, `workers` at a time; each saved to
+# runs_dir/iterated/<arm>-s<seed>.json when it finishes and read back from there (running the cell again continues)
 t_iter = time.perf_counter()
-iter_runs = {}
-for arm, s in scrl_min.progress_bar([(a, s) for s in iter_seeds for a in iter_arms], desc="iterated runs"):
-    iter_runs[(arm, s)] = iterate_drift(arm, s)
+iter_jobs = {f"{arm}-s{s}": dict(arm=arm, seed=s, steps=iter_steps, at=iter_at, batches=iter_batches, lr=lr,
+                                 mean_advantage=mean_advantage, k=k, sampler_format=sampler_format,
+                                 sampler_noise=sampler_noise, max_new_tokens=max_new_tokens,
+                                 prompts_per_step=prompts_per_step, group_size=group_size)
+             for s in iter_seeds for arm in iter_arms}
+done = iterated_drift_runs(iter_jobs, model_path=model_path, held=held, prompts=train_prompts, eos_id=eos_id,
+                           pad_id=pad_id, root=REPO_ROOT / runs_dir / "iterated", key=dict(model=model),
+                           workers=workers)
+iter_runs = {(job["arm"], job["seed"]): done[name] for name, job in iter_jobs.items()}
 print(f"{len(iter_runs)} iterated runs ({len(iter_arms)} arms × {len(iter_seeds)} seeds × {iter_steps} updates); "
       f"{time.perf_counter() - t_iter:.0f} s")
 

@@ -22,6 +22,11 @@ number is the median over reps of trl_sc / trl. Peak memory: each arm once more 
 
     OMP_NUM_THREADS=2 python scripts/bench_trl_head.py --reps 6 --out figures/bench_trl_head.json
     OMP_NUM_THREADS=2 python scripts/bench_trl_head.py --reps 2 --arms trl,trl_sc_old   (the earlier path)
+    THP_MEM_ALLOC_ENABLE=1 OMP_NUM_THREADS=2 python scripts/bench_trl_head.py --out figures/bench_trl_head_thp.json
+
+THP_MEM_ALLOC_ENABLE=1 is PyTorch's own switch (since 2.2) for allocating CPU tensors of 2 MB and more on transparent
+huge pages (madvise): a fresh (V × H) buffer then costs one page fault per 2 MB instead of one per 4 kB. The result
+records it and the kernel's THP mode.
 """
 import argparse
 import json
@@ -153,8 +158,13 @@ def main() -> None:
     # sc_only's stand-in ∂W is not the step's memory
     memory = peak_memory_children(__file__, [a for a in arms if a != "sc_only"], args, "--noise", str(args.noise))
     import trl
+    try:
+        thp_mode = open("/sys/kernel/mm/transparent_hugepage/enabled").read().strip()
+    except OSError:
+        thp_mode = None
     result = dict(shape=shape, threads=torch.get_num_threads(), torch=torch.__version__, trl=trl.__version__,
                   cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
+                  allocator=dict(THP_MEM_ALLOC_ENABLE=os.environ.get("THP_MEM_ALLOC_ENABLE"), kernel_thp=thp_mode),
                   load_average_1min_before_after=[round(load0, 2), round(os.getloadavg()[0], 2)],
                   times_s={a: [round(t, 3) for t in ts] for a, ts in times.items()},
                   median_s={a: round(m, 3) for a, m in med.items()},

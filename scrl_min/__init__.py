@@ -3,7 +3,8 @@
 The method is `core.py` (read it top to bottom; its log-prob machinery is `logprobs.py`). Beside it, one
 file per reason to change: the quantized formats and the FP8 KV cache are `formats.py`; the samplers
 that produce the method's input are `torch_sampler.py` and `vllm_engine.py`; configs, the Trainer and
-runs over seeds are `driver.py`; statistics over seeds and figure checks are `stats.py`; TRL's
+runs over seeds are `driver.py`; the drift alone (the exact expected update of a constant advantage,
+iterated) is `drift.py`; statistics over seeds and figure checks are `stats.py`; TRL's
 GRPOTrainer with score centering is `scrl_min.trl` (imported on its own: it imports TRL). Notebooks and
 scripts import the names below from `scrl_min`, never from a file, so a definition can move between
 files. `__all__` lists what the notebooks and scripts use; the other names here are the documented API
@@ -19,8 +20,9 @@ from .formats import (FORMATS, GRIDS, KV_CACHES, KV_SCALE, PRECISIONS, QuantLine
                       fp8_kv_cache, fp8_kv_round, quantize, reserved_kv_cache)
 from .torch_sampler import TorchSampler
 from .vllm_engine import PROBE_TOL, VLLMSampler, cpu_supports_fp8_kv, dense_from_flat, vllm_precision_for
-from .driver import (ARMS, EVAL_SEED, TrainConfig, Trainer, arm_config, config_id, load_policy, progress_bar,
-                     read_metrics, run_grid, train, train_many, with_run_dir)
+from .driver import (ARMS, EVAL_SEED, TrainConfig, Trainer, arm_config, config_id, load_policy, parallel_map,
+                     progress_bar, read_metrics, run_grid, train, train_many, with_run_dir)
+from .drift import eos_stats, expected_update, iterate_drift, iterated_drift_runs
 from .stats import (ARM_COLORS, COLLAPSE_STD, band_plot, check_layout, collapsed, curve_auc, eval_curve,
                     final_reward, holm, mcnemar_exact, mean_ci95, moving_average, p_text, paired_contrasts)
 
@@ -38,6 +40,8 @@ __all__ = [
     # runs (driver.py)
     "ARMS", "EVAL_SEED", "TrainConfig", "Trainer", "arm_config", "load_policy", "progress_bar", "run_grid", "train_many",
     "with_run_dir",
+    # the drift alone (drift.py)
+    "eos_stats", "expected_update", "iterated_drift_runs",
     # statistics and figures (stats.py)
     "ARM_COLORS", "COLLAPSE_STD", "band_plot", "check_layout", "collapsed", "curve_auc", "eval_curve", "final_reward",
     "holm", "mcnemar_exact", "mean_ci95", "moving_average", "p_text", "paired_contrasts",

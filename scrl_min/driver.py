@@ -505,37 +505,60 @@ def train(cfg: TrainConfig) -> list:
     return done if done is not None else Trainer(cfg).train()
 
 
-def _train_one_thread(cfg: TrainConfig) -> list:
-    torch.set_num_threads(1)
+def _train_one(cfg: TrainConfig) -> list:
     return train(dataclasses.replace(cfg, progress=False))
+
+
+def _one_thread(fn, item):
+    torch.set_num_threads(1)
+    return fn(item)
+
+
+def parallel_map(fn, items: list, workers: int = 2, desc: str = "runs", label=str) -> list:
+    """[fn(item) for item in items], `workers` at a time in spawned processes of one CPU thread each, with a bar
+    over items (in this process, in order, when workers <= 1). fn must be importable (a module-level function).
+
+    Returns the results in the items' order. A failed item does not stop the others: after they finish, raises
+    ScrlError listing each failure as label(item) and its error. Workers are spawned, so a script that calls this
+    needs the ``if __name__ == "__main__":`` guard (notebooks do not).
+    """
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    import functools
+    import multiprocessing as mp
+
+    results, errors = [None] * len(items), []
+    if workers <= 1:
+        for i, item in enumerate(progress_bar(items, desc=desc)):
+            try:
+                results[i] = fn(item)
+            except Exception as e:  # keep going: the other items' results are worth keeping
+                errors.append(f"{label(item)}: {type(e).__name__}: {e}")
+    elif items:
+        with ProcessPoolExecutor(min(workers, len(items)), mp_context=mp.get_context("spawn")) as pool:
+            futs = {pool.submit(functools.partial(_one_thread, fn), item): i for i, item in enumerate(items)}
+            for fut in progress_bar(as_completed(futs), total=len(futs), desc=desc):
+                i = futs[fut]
+                try:
+                    results[i] = fut.result()
+                except Exception as e:
+                    errors.append(f"{label(items[i])}: {type(e).__name__}: {e}")
+    if errors:
+        raise ScrlError(f"{len(errors)} of {len(items)} failed:\n  " + "\n  ".join(errors))
+    return results
 
 
 def train_many(configs: list, workers: int = 2) -> list:
     """Run (or resume) several runs, `workers` at a time in separate processes of one CPU thread
-    each (small models use two cores better as two runs than as one run on two threads).
+    each (`parallel_map`: small models use two cores better as two runs than as one run on two threads).
 
     Returns the per-step records of each config, in order. A failed run raises after the others
     finish, naming its out_dir; finished runs keep their metrics and checkpoints. Workers are
     spawned, so a script that calls this needs the ``if __name__ == "__main__":`` guard
     (notebooks do not).
     """
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    import multiprocessing as mp
-
     if workers <= 1:
         return [train(c) for c in configs]
-    results, errors = [None] * len(configs), []
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-        futs = {pool.submit(_train_one_thread, c): i for i, c in enumerate(configs)}
-        for fut in progress_bar(as_completed(futs), total=len(futs), desc="runs"):
-            i = futs[fut]
-            try:
-                results[i] = fut.result()
-            except Exception as e:  # keep going: the other runs' results are worth keeping
-                errors.append(f"{configs[i].out_dir}: {type(e).__name__}: {e}")
-    if errors:
-        raise ScrlError("some runs failed:\n  " + "\n  ".join(errors))
-    return results
+    return parallel_map(_train_one, configs, workers=workers, desc="runs", label=lambda c: c.out_dir)
 
 
 def run_grid(jobs: dict, workers: int = 2) -> dict:
