@@ -18,7 +18,9 @@ The rule (docs/verdict.md, "The inference rule"), as this file applies it:
 `tested_rows()` makes the rows, `claims()` the claims table, `holm_interval` a row's Holm-level interval (the
 deck's). Notebook 10's gradient tests (`gradient_rows`) are its pre-registered primary (a family of one) and its three
 secondaries (one family), read from its JSON's "primary" and "secondary"; its placebo and gap against KL are
-descriptive. The older single-CPU rows with a page-wide Holm correction (`with_tests`, `replicate_rows`) are no
+descriptive. Notebook 13 (the confirmatory run on fresh seeds, `confirmatory_rows`) is tested in its own
+pre-registered families (A at lr 0.5, B at the gentler lr; the AUC primary, the final clean reward secondary), and
+where it tests a claim its primary decides the claims-table row. The older single-CPU rows with a page-wide Holm correction (`with_tests`, `replicate_rows`) are no
 longer read by the page or the deck. tests/test_verdict.py checks the page and the README against this file, and the rule's pieces against
 independent computations.
 """
@@ -58,6 +60,10 @@ FAMILIES = {
     "11 reference": ("the ladder's no-mismatch reference, one contrast per rung (exploratory)", True),
     "06 map": ("notebook 06's 54 map cells (its Holm p)", False),
     "07": ("notebook 07's eight SC + IS − IS contrasts (exploratory: 07 declared none)", True),
+    "13 A": ("notebook 13's family A (lr 0.5, fresh seeds): its seven hypotheses on the AUC", False),
+    "13 A final": ("notebook 13's family A on the final clean reward (its secondary family)", False),
+    "13 B": ("notebook 13's family B (the gentler lr): its four hypotheses on the AUC", False),
+    "13 B final": ("notebook 13's family B on the final clean reward (its secondary family)", False),
     "10 primary": ("notebook 10's pre-registered primary contrast, a family of one", False),
     "10 secondaries": ("notebook 10's three pre-registered secondaries", False),
 }
@@ -460,6 +466,42 @@ def tested_rows() -> list:
     return page_holm(apply_holm(out))
 
 
+# Notebook 13's JSON per family (its pre-registration, committed before its runs), and per metric the JSON's key
+CONFIRMATORY = (("13_confirmatory.json", "13 A", "lr"), ("13_gentle_optimizer.json", "13 B", "gentle_lr"))
+CONFIRMATORY_METRICS = (("auc", "primary (AUC)", "", "AUC"),
+                        ("final", "secondary (final clean reward)", " final", "final clean reward"))
+
+
+def confirmatory_rows(fig: Path = FIG) -> list:
+    """Notebook 13's pre-registered families under the rule: for family A (lr 0.5) and family B (the gentler lr),
+    and for each metric (the AUC, its primary; the final clean reward, its secondary family), every declared
+    hypothesis (a, b, test) as a tested row over the seeds' paired differences a − b (one run per seed and arm,
+    so k = 1: nothing to pool), Holm within that family alone. The notebook's own per-CPU-kind heterogeneity p
+    is carried for the flag. Empty when the notebook's JSON is missing. Raises ValueError when a Holm p the
+    notebook saved differs from this page's by more than 1e-9 (the page and the notebook would disagree)."""
+    out = []
+    for name, family, lr_key in CONFIRMATORY:
+        d = _load(name, fig)
+        if not d:
+            continue
+        par = d["parameters"]
+        for metric, key, suffix, label in CONFIRMATORY_METRICS:
+            fam = []
+            for (a, b, kind), given in zip(d["hypotheses"], d["families"][key], strict=True):
+                diffs = (np.asarray(d["per_arm"][a][f"{metric}_per_seed"], float)
+                         - np.asarray(d["per_arm"][b][f"{metric}_per_seed"], float))
+                r = tested("13", f"FP8 + σ {par['noise_std']:g}, raw, lr {par[lr_key]:g}, {label}", f"{a} − {b}",
+                           [diffs], None, family + suffix, kind)
+                r.update(metric=label, het_p=given.get("het_p"), p_holm_notebook=given["p_holm"])
+                fam.append(r)
+            apply_holm(fam)
+            bad = [r["contrast"] for r in fam if abs(r["p_holm"] - r["p_holm_notebook"]) > 1e-9]
+            if bad:
+                raise ValueError(f"{name}, {key}: the notebook's Holm p differs from the page's for {bad}")
+            out.extend(fam)
+    return out
+
+
 def slope_rows() -> list:
     """Notebook 11's declared slopes under the rule: each seed's own slope of the paired difference against
     log10 KL (the seed-respecting version its pre-registration names), the mean over replicates per seed, a
@@ -583,13 +625,16 @@ def _where(r, name: str) -> str:
     return f"{name}, {r['n']} seeds{k}"
 
 
-def claims(rs: list | None = None, slopes: list | None = None, g=None) -> list:
+def claims(rs: list | None = None, slopes: list | None = None, g=None, c13: list | None = None) -> list:
     """Each claim of the article as a dict: claim, where, number, status, short (mean ± 95%), short_status, and
     the tested row it reads (row; None for the gradient summary and the top-k claim). rs: tested_rows();
-    slopes: slope_rows(); g: notebook 10's JSON (read from figures/ when None)."""
+    slopes: slope_rows(); g: notebook 10's JSON (read from figures/ when None); c13: confirmatory_rows().
+    Where notebook 13 (the confirmatory run on fresh seeds) tests a claim, its primary family decides the row,
+    with its secondary family's result and notebook 02's earlier run in the number; elsewhere notebook 02 does."""
     rs = tested_rows() if rs is None else rs
     slopes = slope_rows() if slopes is None else slopes
     g = _load("10_gradient_test.json") if g is None else g
+    c13 = confirmatory_rows() if c13 is None else c13
     h = _load("02_fp8_arms.json")
     head = f"02 · {h.get('setting', 'FP8 + σ 0.1')}, raw" if h else "02"
     topk = _load("03_topk_estimator.json")
@@ -605,15 +650,45 @@ def claims(rs: list | None = None, slopes: list | None = None, g=None) -> list:
                         short=f"{fmt(r['mean'], d=2)} ± {r['ci95']:.2f} ({r['n']} seeds{k})",
                         short_status=short_status(r), row=r))
 
-    add("A mismatched sampler costs plain training reward (plain < no-mismatch reference)", head,
-        _find(rs, "02", "plain − bf16"))
+    def find13(family, contrast, kind):
+        return next((r for r in c13 if (r["family"], r["contrast"], r["kind"]) == (family, contrast, kind)), None)
+
+    def add13(claim, family, contrast, kind, earlier=None):
+        """The claim from notebook 13's `family` (primary, the AUC) when it tested it; else from `earlier` (02)."""
+        r, sec = find13(family, contrast, kind), find13(f"{family} final", contrast, kind)
+        if r is None:
+            if earlier is not None:
+                add(claim, head, earlier)
+            return
+        note = (f"; the final clean reward (its secondary family): {fmt(sec['mean'])} ± {sec['ci95']:.3f}, "
+                f"Holm p {p_text(sec['p_holm'])}, {sec['status']}" if sec else "")
+        if earlier is not None:
+            note += (f"; notebook 02's earlier run (final clean reward): {fmt(earlier['mean'], d=2)} ± "
+                     f"{earlier['ci95']:.2f}, {earlier['status']}")
+        out.append(dict(claim=claim, where=_where(r, f"13 · {r['setting'].rsplit(',', 1)[0]}").replace(" seeds", " fresh seeds"),
+                        number=number_text(r, "AUC ") + note, status=status_text(r),
+                        short=f"{fmt(r['mean'], d=2)} ± {r['ci95']:.2f} AUC ({r['n']} fresh seeds)",
+                        short_status=short_status(r), row=r))
+
+    add13("A mismatched sampler costs plain training reward (plain < no-mismatch reference)", "13 A", "plain − bf16",
+          "less", _find(rs, "02", "plain − bf16"))
     add("… also under FP8 alone (a real format, no noise)", "11 · fp8 rung − 02's bf16, raw",
         _find(rs, "11", "plain − bf16 (02's)", "fp8, "))
-    add("Score centering recovers it (SC > plain)", head, _find(rs, "02", "sc − plain"))
-    add("SC matches or beats TIS (non-inferior at −0.05)", head, _find(rs, "02", "sc − tis"))
-    add("SC matches or beats MIS (non-inferior at −0.05)", head, _find(rs, "02", "sc − mis"))
+    add13("Score centering recovers it (SC > plain)", "13 A", "sc − plain", "greater", _find(rs, "02", "sc − plain"))
+    add13("SC matches TIS (equivalent within ±0.05)", "13 A", "sc − tis", "equivalent")
+    add13("SC matches MIS (equivalent within ±0.05)", "13 A", "sc − mis", "equivalent")
+    add13("SC matches or beats TIS (non-inferior at −0.05)", "13 A", "sc − tis", "noninferior",
+          _find(rs, "02", "sc − tis"))
+    add13("SC matches or beats MIS (non-inferior at −0.05)", "13 A", "sc − mis", "noninferior",
+          _find(rs, "02", "sc − mis"))
     add("SC + IS beats IS (SC+MIS > MIS)", head, _find(rs, "02", "sc_mis − mis"),
         "; where every ratio and ρ are in the band, SC+MIS is MIS exactly (docs/method.md)")
+    add13("SC is more than a group baseline (SC > the same sampler with group-centred advantages, no correction)", "13 A", "sc − baseline",
+          "greater")
+    add13("With a gentler optimizer the mismatch still costs plain (plain < bf16)", "13 B", "plain − bf16", "less")
+    add13("… and SC still recovers it (SC > plain)", "13 B", "sc − plain", "greater")
+    add13("… and SC matches MIS (equivalent within ±0.05)", "13 B", "sc − mis", "equivalent")
+    add13("… and SC matches or beats MIS (non-inferior at −0.05)", "13 B", "sc − mis", "noninferior")
     for r in slopes:
         name = r["contrast"].replace(" slope", "")
         out.append(dict(claim=f"SC's edge grows with the mismatch ({name} against log10 KL)",
@@ -1084,7 +1159,7 @@ def made(rs: list | None = None) -> dict:
     rs = tested_rows() if rs is None else rs
     slopes, g = slope_rows(), _load("10_gradient_test.json")
     grs = gradient_rows(g)
-    cs = claims(rs, slopes, g)
+    cs = claims(rs, slopes, g, confirmatory_rows())
     return {"claims": claims_table(cs), "ladder": ladder_table(), "forest": forest_table(rs),
             "severity": severity_text(rs, slopes), "gradient": gradient_text(g, grs),
             "readme": readme_table(cs=cs), "readme_note": readme_note(cs)}

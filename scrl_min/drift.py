@@ -6,7 +6,7 @@ of q − p (c_v = q_v − ρ p_v on the sampler's top k, ρ = (1 − Σ_H q)_+ /
 `expected_update` takes that expectation exactly over the vocabulary at every prefix of sampler batches, so no
 sampled token enters it; `eos_stats` measures what it does to log p(EOS); `iterate_drift` applies it again and
 again from the policy each update produces (notebook 14, section 6); `iterated_drift_runs` runs many of those,
-saved one JSON per run, in worker processes. docs/method.md, "The drift"; notebook 14, sections 2 and 6.
+saved one JSON per run, in worker processes. docs/method.md, "Signal and drift"; notebook 14, sections 2 and 6.
 """
 import copy
 import json

@@ -369,3 +369,82 @@ def test_the_length_drift_claim_reads_notebook_14s_decision():
     assert wrong_side["short_status"] == "not decided; the mean is on the side the claim does not predict"
     page = verdict.claims_table(verdict.claims())
     assert "drifts the completion length" in page
+
+
+# ── notebook 13, the confirmatory run: its own families decide the headline claims ─────────────────────
+def _holm_by_hand(p):
+    """Holm's step-down adjusted p, written out: sort, multiply by m − k, running maximum, cap at 1."""
+    order = sorted(range(len(p)), key=lambda i: p[i])
+    out, run = [0.0] * len(p), 0.0
+    for k, i in enumerate(order):
+        run = max(run, min(1.0, (len(p) - k) * p[i]))
+        out[i] = run
+    return out
+
+
+def _p_by_scipy(d, kind):
+    if kind == "equivalent":
+        return max(stats.ttest_1samp(d, -M, alternative="greater").pvalue,
+                   stats.ttest_1samp(d, M, alternative="less").pvalue)
+    popmean = -M if kind == "noninferior" else 0.0
+    return stats.ttest_1samp(d, popmean, alternative="greater" if kind in ("greater", "noninferior") else "less").pvalue
+
+
+def _fake_13(path, hypotheses, n, rng, shift, lr_key, lr):
+    """A JSON in notebook 13's layout: per-arm AUC and final reward per seed, the hypotheses, and each family's rows
+    with the Holm p the notebook would save (here computed by scipy and by hand, not by verdict.py)."""
+    arms = sorted({a for h in hypotheses for a in h[:2]})
+    per_arm = {a: {f"{m}_per_seed": list(0.3 + shift.get(a, 0.0) + 0.05 * rng.standard_normal(n))
+                   for m in ("auc", "final")} for a in arms}
+    families = {}
+    for metric, key in (("auc", "primary (AUC)"), ("final", "secondary (final clean reward)")):
+        ps = [_p_by_scipy(np.subtract(per_arm[a][f"{metric}_per_seed"], per_arm[b][f"{metric}_per_seed"]), kind)
+              for a, b, kind in hypotheses]
+        families[key] = [dict(name=f"{a} − {b}", test=kind, p=p, p_holm=ph, het_p=None)
+                         for (a, b, kind), p, ph in zip(hypotheses, ps, _holm_by_hand(ps))]
+    path.write_text(json.dumps(dict(parameters={"noise_std": 0.1, lr_key: lr}, hypotheses=[list(h) for h in hypotheses],
+                                    per_arm=per_arm, families=families)))
+    return per_arm
+
+
+A13 = [("plain", "bf16", "less"), ("sc", "plain", "greater"), ("sc", "mis", "equivalent"), ("sc", "tis", "equivalent"),
+       ("sc", "mis", "noninferior"), ("sc", "tis", "noninferior"), ("sc", "baseline", "greater")]
+B13 = [("plain", "bf16", "less"), ("sc", "plain", "greater"), ("sc", "mis", "equivalent"), ("sc", "mis", "noninferior")]
+
+
+def test_notebook_13s_families_decide_the_headline_claims(tmp_path, monkeypatch):
+    rng = np.random.default_rng(13)
+    shift = {"plain": -0.15, "baseline": -0.01}
+    per_a = _fake_13(tmp_path / "13_confirmatory.json", A13, 36, rng, shift, "lr", 0.5)
+    per_b = _fake_13(tmp_path / "13_gentle_optimizer.json", B13, 16, rng, shift, "gentle_lr", 0.25)
+    rows = verdict.confirmatory_rows(tmp_path)
+    assert [(r["family"], r["contrast"], r["kind"]) for r in rows] == (
+        [("13 A", f"{a} − {b}", k) for a, b, k in A13] + [("13 A final", f"{a} − {b}", k) for a, b, k in A13]
+        + [("13 B", f"{a} − {b}", k) for a, b, k in B13] + [("13 B final", f"{a} − {b}", k) for a, b, k in B13])
+    for fam, per, hyps in (("13 A", per_a, A13), ("13 B", per_b, B13)):
+        mine = [r for r in rows if r["family"] == fam]
+        ds = [np.subtract(per[a]["auc_per_seed"], per[b]["auc_per_seed"]) for a, b, _ in hyps]
+        ps = [_p_by_scipy(d, k) for d, (_, _, k) in zip(ds, hyps)]
+        assert [r["p"] for r in mine] == pytest.approx(ps, rel=1e-9)
+        assert [r["p_holm"] for r in mine] == pytest.approx(_holm_by_hand(ps), rel=1e-9)  # Holm within the family
+        assert all(r["m"] == len(hyps) and r["n"] == len(d) for r, d in zip(mine, ds))
+    a1 = rows[0]
+    assert a1["status"] == "reproduced" and a1["mean"] < -0.1  # a cost of 0.15 over 36 seeds is decided
+    # the claims table reads notebook 13's primary for the headline, with its secondary and notebook 02's run noted
+    cs = verdict.claims(c13=rows)
+    first = cs[0]
+    assert first["row"] is a1 and first["where"].startswith("13 · ") and "36 fresh seeds" in first["where"]
+    assert "its secondary family" in first["number"] and "notebook 02's earlier run" in first["number"]
+    assert any(c["row"] is not None and c["row"]["family"] == "13 B" and "gentler" in c["claim"] for c in cs)
+    assert any(c["claim"].startswith("SC is more than a group baseline") for c in cs)
+    # a Holm p the notebook saved that the page does not reproduce stops the page
+    d = json.loads((tmp_path / "13_confirmatory.json").read_text())
+    d["families"]["primary (AUC)"][0]["p_holm"] += 0.01
+    (tmp_path / "13_confirmatory.json").write_text(json.dumps(d))
+    with pytest.raises(ValueError, match="Holm p differs"):
+        verdict.confirmatory_rows(tmp_path)
+
+
+def test_without_notebook_13_the_headline_claims_are_notebook_02s():
+    cs = verdict.claims(c13=[])
+    assert cs[0]["where"].startswith("02 · ")
