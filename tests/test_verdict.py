@@ -372,16 +372,6 @@ def test_the_length_drift_claim_reads_notebook_14s_decision():
 
 
 # ── notebook 13, the confirmatory run: its own families decide the headline claims ─────────────────────
-def _holm_by_hand(p):
-    """Holm's step-down adjusted p, written out: sort, multiply by m − k, running maximum, cap at 1."""
-    order = sorted(range(len(p)), key=lambda i: p[i])
-    out, run = [0.0] * len(p), 0.0
-    for k, i in enumerate(order):
-        run = max(run, min(1.0, (len(p) - k) * p[i]))
-        out[i] = run
-    return out
-
-
 def _p_by_scipy(d, kind):
     if kind == "equivalent":
         return max(stats.ttest_1samp(d, -M, alternative="greater").pvalue,
