@@ -327,8 +327,11 @@ class _HeadLogitGap(torch.autograd.Function):
                 order = flat.argsort(stable=True)
                 crow = torch.cat([flat.new_zeros(1), torch.bincount(flat, minlength=V).cumsum(0)])
                 token = torch.div(order, m, rounding_mode="floor")
-                grad_w = torch.sparse_csr_tensor(crow, token, d_sorted[order], size=(V, N), device=h.device,
-                                                 check_invariants=False) @ h
+                # written straight into an uninitialised (V, H) buffer: the product writes every row (zeros where no
+                # pair names the id), so there is no zero-fill and no copy out of a temporary (at V = 151,936, H = 1,024
+                # that halved this line's time: docs/benchmarks.md)
+                grad_w = torch.mm(torch.sparse_csr_tensor(crow, token, d_sorted[order], size=(V, N), device=h.device,
+                                                          check_invariants=False), h, out=torch.empty_like(weight))
         return grad_h, grad_w, None, None
 
 

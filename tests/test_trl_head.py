@@ -30,8 +30,12 @@ def _full_softmax_reference(h, W, b, y, ids, T):
     return lsm.gather(-1, y[:, None])[:, 0], lsm.gather(-1, ids)
 
 
-@pytest.mark.parametrize("T", [1.0, 0.7])
-def test_head_logprobs_from_sampled_is_the_full_softmax(T):
+@pytest.mark.parametrize("T, poison", [(1.0, False), (0.7, False), (1.0, True)])
+def test_head_logprobs_from_sampled_is_the_full_softmax(T, poison, monkeypatch):
+    if poison:  # ∂W is written into an uninitialised buffer: make it NaN, so a row the product leaves unwritten shows
+        empty_like = torch.empty_like
+        monkeypatch.setattr(torch, "empty_like", lambda t, **kw: empty_like(t, **kw).fill_(float("nan")))
+        assert torch.empty_like(torch.zeros(2)).isnan().all()
     g = torch.Generator().manual_seed(0)
     N, H, V, k = 11, 6, 50, 5
     h = torch.randn(N, H, generator=g, dtype=F64, requires_grad=True)
@@ -51,8 +55,12 @@ def test_head_logprobs_from_sampled_is_the_full_softmax(T):
         assert torch.allclose(a, r, rtol=0, atol=1e-12)
     # the check can fail: without log p(y)'s gradient (the softmax's), the gradient is off by ∇lse terms
     detached = head_logprobs_from_sampled(lp_y.detach(), h, W, y, ids, T, bias=b)
-    wrong = torch.autograd.grad((c * detached).sum(), (h,))[0]
+    wrong, gap_w = torch.autograd.grad((c * detached).sum(), (h, W))
     assert (wrong - ref[0]).abs().max() > 1e-3
+    # through the logit gaps alone, ∂W lives on the named rows (the head ids and y): every other row exactly 0
+    named = torch.zeros(V, dtype=torch.bool)
+    named[ids.reshape(-1)] = named[y] = True
+    assert (~named).sum() >= 5 and (gap_w[~named] == 0).all() and gap_w[named].isfinite().all()
 
 
 def test_head_logprobs_from_sampled_refuses_bad_input():
