@@ -668,7 +668,7 @@ def claims(rs: list | None = None, slopes: list | None = None, g=None, c13: list
         out.append(dict(claim=claim, where=_where(r, f"13 · {r['setting'].rsplit(',', 1)[0]}").replace(" seeds", " fresh seeds"),
                         number=number_text(r, "AUC ") + note, status=status_text(r),
                         short=f"{fmt(r['mean'], d=2)} ± {r['ci95']:.2f} AUC ({r['n']} fresh seeds)",
-                        short_status=short_status(r), row=r))
+                        short_status=short_status(r), row=r, earlier=earlier))
 
     add13("A mismatched sampler costs plain training reward (plain < no-mismatch reference)", "13 A", "plain − bf16",
           "less", _find(rs, "02", "plain − bf16"))
@@ -1028,6 +1028,10 @@ def readme_note(cs: list | None = None) -> str:
     def st(r):
         return short_status(r).replace("**", "")
 
+    if cost["source"] == "13":
+        return _readme_note_13(cs, by, st) + f" Under FP8 alone, the ladder's no-mismatch reference gives plain − bf16 " \
+            f"{_pm(alone)}, {st(alone)}.{_readme_gradient(cs)}"
+
     def per(r):
         return " and ".join(f"{fmt(m, d=2)} ± {h:.2f}" for m, h in r["replicate_means"])
 
@@ -1038,6 +1042,42 @@ def readme_note(cs: list | None = None) -> str:
             f"and MIS (\"matches or beats\": non-inferiority at −{MARGIN:g}): SC − TIS {_pm(tis)}, {st(tis)}; "
             f"SC − MIS {_pm(mis)}, {st(mis)}. Under FP8 alone, the ladder's no-mismatch reference gives "
             f"plain − bf16 {_pm(alone)}, {st(alone)}.{_readme_gradient(cs)}")
+
+
+def _readme_note_13(cs: list, by: dict, st) -> str:
+    """readme_note's headline sentences when notebook 13 (the confirmatory run) decides the headline claims."""
+    cost, rec = by["A mismatched sampler costs plain training reward"], by["Score centering recovers it"]
+    earlier = {c["claim"].split(" (")[0]: c.get("earlier") for c in cs}
+
+    def both(name):  # "equivalence (±M) <status>; non-inferiority (−M) <status>" from one contrast's two rows
+        parts = []
+        for x in (by.get(f"SC matches {name}"), by.get(f"SC matches or beats {name}")):
+            if x is not None:
+                test = f"equivalence (±{MARGIN:g})" if x["kind"] == "equivalent" else f"non-inferiority (−{MARGIN:g})"
+                parts.append(f"{test} {st(x)}")
+        return "; ".join(parts)
+
+    text = (f"Under the page's rule (each claim in the family its notebook pre-registered; margins ±{MARGIN:g}), the "
+            f"confirmatory run on fresh seeds (notebook 13; its primary, the area under the clean-eval curve, Holm "
+            f"within its family) gives: a mismatched sampler costs plain, plain − bf16 {_pm(cost)} over {cost['n']} "
+            f"seeds: {st(cost)}. Score centering recovers it, SC − plain {_pm(rec)}: {st(rec)}.")
+    for name in ("TIS", "MIS"):
+        r = by.get(f"SC matches {name}") or by.get(f"SC matches or beats {name}")
+        if r is not None:
+            text += f" SC − {name} {_pm(r)}: {both(name)}."
+    base = by.get("SC is more than a group baseline")
+    if base is not None:
+        text += f" SC − a group baseline {_pm(base)}: {st(base)}."
+    gentle = by.get("With a gentler optimizer the mismatch still costs plain")
+    if gentle is not None:
+        text += (f" At the gentler learning rate ({gentle['setting'].split(', ')[2]}), plain − bf16 {_pm(gentle)}: "
+                 f"{st(gentle)}.")
+    e_cost, e_rec = earlier.get("A mismatched sampler costs plain training reward"), earlier.get("Score centering recovers it")
+    if e_cost is not None and e_rec is not None:
+        text += (f" Notebook 02's earlier, partly confirmatory run (final clean reward, {e_cost['n']} seeds × "
+                 f"{e_cost['k']} CPU models): plain − bf16 {_pm(e_cost)}, {st(e_cost)}; SC − plain {_pm(e_rec)}, "
+                 f"{st(e_rec)}.")
+    return text
 
 
 def _readme_gradient(cs: list) -> str:

@@ -427,6 +427,9 @@ def test_notebook_13s_families_decide_the_headline_claims(tmp_path, monkeypatch)
     assert "its secondary family" in first["number"] and "notebook 02's earlier run" in first["number"]
     assert any(c["row"] is not None and c["row"]["family"] == "13 B" and "gentler" in c["claim"] for c in cs)
     assert any(c["claim"].startswith("SC is more than a group baseline") for c in cs)
+    # the README's paragraph reads the confirmatory run first, notebook 02's run after it
+    note = verdict._readme_note_13(cs, {c["claim"].split(" (")[0]: c["row"] for c in cs}, lambda r: r["status"])
+    assert note.index("notebook 13") < note.index("Notebook 02's earlier") and f"over {a1['n']} seeds: reproduced" in note
     # a Holm p the notebook saved that the page does not reproduce stops the page
     d = json.loads((tmp_path / "13_confirmatory.json").read_text())
     d["families"]["primary (AUC)"][0]["p_holm"] += 0.01
