@@ -60,6 +60,8 @@ FAMILIES = {
     "11 reference": ("the ladder's no-mismatch reference, one contrast per rung (exploratory)", True),
     "06 map": ("notebook 06's 54 map cells (its Holm p)", False),
     "07": ("notebook 07's eight SC + IS − IS contrasts (exploratory: 07 declared none)", True),
+    "07 P": ("notebook 07's redesign: its four pre-registered hypotheses P1-P4 on the AUC", False),
+    "07 P final": ("notebook 07's redesign on the final clean reward (its secondary family)", False),
     "13 A": ("notebook 13's family A (lr 0.5, fresh seeds): its seven hypotheses on the AUC", False),
     "13 A final": ("notebook 13's family A on the final clean reward (its secondary family)", False),
     "13 B": ("notebook 13's family B (the gentler lr): its four hypotheses on the AUC", False),
@@ -350,7 +352,7 @@ def rows(fig: Path = FIG) -> list:
                         diffs = [f(a, s) - f(b, s) for s in p["seeds"]]
                         out.append(_row("06", f"{label}, {mode}", f"{a} − {b}".replace("reference", "bf16"), diffs, kl))
     d = _load("07_staleness.json", fig)
-    if d:
+    if d and "final" in d:  # the first design's JSON (the redesign's is read by staleness_rows)
         p, fin = d["parameters"], d["final"]
         for s in p["staleness"]:
             key = f"s={s}"
@@ -502,6 +504,40 @@ def confirmatory_rows(fig: Path = FIG) -> list:
     return out
 
 
+STALENESS_PAIRS = (("sc_tis", "tis"), ("sc_mis", "mis"))  # notebook 07's SC + IS − IS, per IS kind
+STALENESS_METRICS = (("auc", "primary (auc)", "", "AUC"), ("final", "secondary: final reward", " final", "final clean reward"))
+
+
+def staleness_rows(fig: Path = FIG) -> list:
+    """Notebook 07's redesign (staleness where the optimizer is stable; its pre-registration and amendment 1) under the
+    rule: per schedule, SC + IS − IS per seed, the mean over its lags and IS kinds of the paired differences, tested
+    one-sided (P1, P3: > 0) and for non-inferiority at −M (P2, P4), Holm over the four; the AUC its primary family,
+    the final clean reward its secondary. Empty when the JSON is the first design's or missing. Raises ValueError
+    when a Holm p the notebook saved differs from this page's by more than 1e-9."""
+    d = _load("07_staleness.json", fig)
+    if not d or "runs" not in d:
+        return []
+    par, runs = d["parameters"], d["runs"]
+    pairs = [(a, b) for a, b in STALENESS_PAIRS if a in par["arms"] and b in par["arms"]]
+    out = []
+    for metric, key, suffix, label in STALENESS_METRICS:
+        fam = []
+        for sched in par["schedules"]:
+            units = np.mean([np.subtract(runs[f"{sched} / s={s} / {a}"][metric], runs[f"{sched} / s={s} / {b}"][metric])
+                             for s in par["staleness"] for a, b in pairs], axis=0)  # (seeds,)
+            setting = (f"{sched} schedule, staleness {', '.join(map(str, par['staleness']))}, "
+                       f"{par['sampler_precision']} sampler, lr {par['lr']:g}, {label}")
+            for kind in ("greater", "noninferior"):
+                fam.append(tested("07", setting, "SC + IS − IS", [units], None, "07 P" + suffix, kind))
+        apply_holm(fam)
+        given = [r["p_holm"] for r in d["families"][key]]
+        if len(given) != len(fam) or any(abs(r["p_holm"] - g) > 1e-9 for r, g in zip(fam, given)):
+            raise ValueError(f"07_staleness.json, {key}: the notebook's Holm p {given} differ from the page's "
+                             f"{[r['p_holm'] for r in fam]}")
+        out.extend(fam)
+    return out
+
+
 def slope_rows() -> list:
     """Notebook 11's declared slopes under the rule: each seed's own slope of the paired difference against
     log10 KL (the seed-respecting version its pre-registration names), the mean over replicates per seed, a
@@ -625,16 +661,19 @@ def _where(r, name: str) -> str:
     return f"{name}, {r['n']} seeds{k}"
 
 
-def claims(rs: list | None = None, slopes: list | None = None, g=None, c13: list | None = None) -> list:
+def claims(rs: list | None = None, slopes: list | None = None, g=None, c13: list | None = None,
+           st07: list | None = None) -> list:
     """Each claim of the article as a dict: claim, where, number, status, short (mean ± 95%), short_status, and
     the tested row it reads (row; None for the gradient summary and the top-k claim). rs: tested_rows();
-    slopes: slope_rows(); g: notebook 10's JSON (read from figures/ when None); c13: confirmatory_rows().
+    slopes: slope_rows(); g: notebook 10's JSON (read from figures/ when None); c13: confirmatory_rows(); st07:
+    staleness_rows() (notebook 07's redesign: its P1-P4 give the staleness rows when it has run).
     Where notebook 13 (the confirmatory run on fresh seeds) tests a claim, its primary family decides the row,
     with its secondary family's result and notebook 02's earlier run in the number; elsewhere notebook 02 does."""
     rs = tested_rows() if rs is None else rs
     slopes = slope_rows() if slopes is None else slopes
     g = _load("10_gradient_test.json") if g is None else g
     c13 = confirmatory_rows() if c13 is None else c13
+    st07 = staleness_rows() if st07 is None else st07
     h = _load("02_fp8_arms.json")
     head = f"02 · {h.get('setting', 'FP8 + σ 0.1')}, raw" if h else "02"
     topk = _load("03_topk_estimator.json")
@@ -653,22 +692,28 @@ def claims(rs: list | None = None, slopes: list | None = None, g=None, c13: list
     def find13(family, contrast, kind):
         return next((r for r in c13 if (r["family"], r["contrast"], r["kind"]) == (family, contrast, kind)), None)
 
-    def add13(claim, family, contrast, kind, earlier=None):
-        """The claim from notebook 13's `family` (primary, the AUC) when it tested it; else from `earlier` (02)."""
-        r, sec = find13(family, contrast, kind), find13(f"{family} final", contrast, kind)
-        if r is None:
-            if earlier is not None:
-                add(claim, head, earlier)
-            return
+    def add_auc(claim, r, sec, earlier=None):
+        """A claim decided on the AUC by a pre-registered primary row `r` (notebook 13 or 07's redesign), quoting its
+        secondary-family row `sec` (final clean reward) and notebook 02's `earlier` row."""
         note = (f"; the final clean reward (its secondary family): {fmt(sec['mean'])} ± {sec['ci95']:.3f}, "
                 f"Holm p {p_text(sec['p_holm'])}, {sec['status']}" if sec else "")
         if earlier is not None:
             note += (f"; notebook 02's earlier run (final clean reward): {fmt(earlier['mean'], d=2)} ± "
                      f"{earlier['ci95']:.2f}, {earlier['status']}")
-        out.append(dict(claim=claim, where=_where(r, f"13 · {r['setting'].rsplit(',', 1)[0]}").replace(" seeds", " fresh seeds"),
+        fresh = " fresh" if r["source"] == "13" else ""
+        out.append(dict(claim=claim, where=_where(r, f"{r['source']} · {r['setting'].rsplit(',', 1)[0]}").replace(
+                            " seeds", f"{fresh} seeds"),
                         number=number_text(r, "AUC ") + note, status=status_text(r),
-                        short=f"{fmt(r['mean'], d=2)} ± {r['ci95']:.2f} AUC ({r['n']} fresh seeds)",
+                        short=f"{fmt(r['mean'], d=2)} ± {r['ci95']:.2f} AUC ({r['n']}{fresh} seeds)",
                         short_status=short_status(r), row=r, earlier=earlier))
+
+    def add13(claim, family, contrast, kind, earlier=None):
+        """The claim from notebook 13's `family` (primary, the AUC) when it tested it; else from `earlier` (02)."""
+        r = find13(family, contrast, kind)
+        if r is not None:
+            add_auc(claim, r, find13(f"{family} final", contrast, kind), earlier)
+        elif earlier is not None:
+            add(claim, head, earlier)
 
     add13("A mismatched sampler costs plain training reward (plain < no-mismatch reference)", "13 A", "plain − bf16",
           "less", _find(rs, "02", "plain − bf16"))
@@ -701,9 +746,19 @@ def claims(rs: list | None = None, slopes: list | None = None, g=None, c13: list
                         status="untested here: notebook 11 has not run at full size yet (notebooks/pending.yaml)",
                         short_status="untested here", row=None))
     out.extend(gradient_claims(g))
-    for s_ in (1, 8):
-        add(f"Centering helps under staleness (SC+TIS > TIS), s = {s_}", f"07 · bf16 sampler, staleness {s_}",
-            _find(rs, "07", "sc_tis − tis", f"staleness s = {s_},"))
+    if st07:  # notebook 07's redesign: P1-P4 (the refresh schedule first, the article's)
+        for sched, which in (("refresh", "the sampler refreshed every s + 1 steps (the article's schedule)"),
+                             ("constant", "a constant lag of s steps")):
+            for kind, wording in (("greater", "Centering helps IS under staleness (SC + IS > IS)"),
+                                  ("noninferior", "… and costs IS nothing (SC + IS non-inferior to IS at −0.05)")):
+                r, sec = (next((x for x in st07 if x["family"] == fam and x["kind"] == kind
+                                and x["setting"].startswith(sched)), None) for fam in ("07 P", "07 P final"))
+                if r is not None:
+                    add_auc(f"{wording}; {which}", r, sec)
+    else:
+        for s_ in (1, 8):
+            add(f"Centering helps under staleness (SC+TIS > TIS), s = {s_}", f"07 · bf16 sampler, staleness {s_}",
+                _find(rs, "07", "sc_tis − tis", f"staleness s = {s_},"))
     out.append(length_drift_claim(_load("14_length_drift_runs.json"), _load("14_length_drift_iterated.json")))
     if topk:
         b = topk["settings"]["σ=0.1, T=1"]["by_k"]
@@ -1199,7 +1254,7 @@ def made(rs: list | None = None) -> dict:
     rs = tested_rows() if rs is None else rs
     slopes, g = slope_rows(), _load("10_gradient_test.json")
     grs = gradient_rows(g)
-    cs = claims(rs, slopes, g, confirmatory_rows())
+    cs = claims(rs, slopes, g, confirmatory_rows(), staleness_rows())
     return {"claims": claims_table(cs), "ladder": ladder_table(), "forest": forest_table(rs),
             "severity": severity_text(rs, slopes), "gradient": gradient_text(g, grs),
             "readme": readme_table(cs=cs), "readme_note": readme_note(cs)}

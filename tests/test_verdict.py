@@ -441,3 +441,42 @@ def test_notebook_13s_families_decide_the_headline_claims(tmp_path, monkeypatch)
 def test_without_notebook_13_the_headline_claims_are_notebook_02s():
     cs = verdict.claims(c13=[])
     assert cs[0]["where"].startswith("02 · ")
+
+
+def test_notebook_07s_redesign_decides_the_staleness_claims(tmp_path):
+    """P1-P4 from the redesign's per-cell AUCs: a seed's SC + IS − IS is the mean of its paired differences over the
+    lags and IS kinds; one-sided and non-inferiority p against scipy, Holm over the four by hand."""
+    rng = np.random.default_rng(7)
+    seeds, lags, scheds = 10, [1, 4], ["refresh", "constant"]
+    arms = ["plain", "tis", "mis", "sc_tis", "sc_mis"]
+    runs = {f"{sc} / s={s} / {a}": {m: list(0.3 + 0.04 * rng.standard_normal(seeds)) for m in ("auc", "final")}
+            for sc in scheds for s in lags for a in arms}
+    fams = {}
+    for m, key in (("auc", "primary (auc)"), ("final", "secondary: final reward")):
+        ps = []
+        for sc in scheds:
+            u = np.mean([np.subtract(runs[f"{sc} / s={s} / {a}"][m], runs[f"{sc} / s={s} / {b}"][m])
+                         for s in lags for a, b in (("sc_tis", "tis"), ("sc_mis", "mis"))], axis=0)
+            ps += [stats.ttest_1samp(u, 0.0, alternative="greater").pvalue,
+                   stats.ttest_1samp(u, -M, alternative="greater").pvalue]
+        fams[key] = [dict(p_holm=ph) for ph in _holm_by_hand(ps)]
+        fams[key + " (scipy p)"] = ps
+    par = dict(arms=arms, staleness=lags, schedules=scheds, sampler_precision="bf16", lr=0.25)
+    (tmp_path / "07_staleness.json").write_text(json.dumps(dict(parameters=par, runs=runs, families=fams)))
+    rows = verdict.staleness_rows(tmp_path)
+    assert [(r["family"], r["kind"]) for r in rows] == [("07 P", "greater"), ("07 P", "noninferior")] * 2 + [
+        ("07 P final", "greater"), ("07 P final", "noninferior")] * 2
+    assert [r["p"] for r in rows[:4]] == pytest.approx(fams["primary (auc) (scipy p)"], rel=1e-9)
+    assert [r["p_holm"] for r in rows[:4]] == pytest.approx([f["p_holm"] for f in fams["primary (auc)"]], rel=1e-9)
+    assert all(r["n"] == seeds and r["m"] == 4 for r in rows)
+    cs = [c for c in verdict.claims(st07=rows) if c["where"].startswith("07")]
+    assert len(cs) == 4 and cs[0]["row"] is rows[0] and "article's schedule" in cs[0]["claim"]
+    assert "its secondary family" in cs[0]["number"]
+    # the first design's JSON (no per-cell runs) leaves the staleness rows to rows()
+    (tmp_path / "07_staleness.json").write_text(json.dumps(dict(parameters=par, final={})))
+    assert verdict.staleness_rows(tmp_path) == []
+    # a Holm p the notebook saved that the page does not reproduce stops the page
+    fams["primary (auc)"][0]["p_holm"] += 0.01
+    (tmp_path / "07_staleness.json").write_text(json.dumps(dict(parameters=par, runs=runs, families=fams)))
+    with pytest.raises(ValueError, match="Holm p"):
+        verdict.staleness_rows(tmp_path)
