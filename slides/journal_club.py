@@ -275,7 +275,7 @@ else:
     pending("figures/02_fp8_arms.json")
 
 # %% [markdown] tags=["slide"]
-# ## The confirmatory run (notebook 13): pre-registered, its runs under way
+# ## The confirmatory run (notebook 13): fresh seeds, pre-registered
 
 # %%
 def seeds_done(pre) -> int:
@@ -295,16 +295,35 @@ pre = {n.targets[0].id: ast.literal_eval(n.value) for n in ast.parse(cell).body
        if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)}
 ran = (FIG / "13_confirmatory.json").exists()
 arms13 = ", ".join(pre["arms"])
-display(Markdown(
-    f"- **Fresh seeds** {pre['first_seed']}-{pre['first_seed'] + pre['n_seeds'] - 1} ({pre['n_seeds']}, from a power "
-    f"computation), none used before; primary metric: area under the clean-eval curve; margin ±{pre['margin']:g}.\n"
-    f"- **Family A**, the headline sampler, arms {arms13}: does a mismatch cost plain; does SC recover it; does SC "
-    f"match (±{pre['margin']:g}) or beat TIS and MIS; is SC more than a group baseline?\n"
-    f"- **Family B**, lr {pre['gentle_lr']:g} instead of {pre['lr']:g} ({pre['gentle_n_seeds']} seeds; "
-    f"{', '.join(pre['gentle_arms'])}): do the cost and SC's recovery survive a gentler optimizer?\n"
-    + ("- Its results are in `docs/verdict.md`; this deck does not show them yet." if ran else
-       f"- **No results yet**: the pre-registration was committed before any run; {seeds_done(pre)} of family A's "
-       f"{pre['n_seeds']} seeds have finished (`results/13_confirmatory/`), and none has been analysed.")))
+c13 = verdict.confirmatory_rows()
+fam13 = [r for r in c13 if r["family"] == "13 A"]
+if ran and fam13:  # family A's primary under its pre-registered rule, as the headline table shows notebook 02's
+    tests = {"less": "< 0", "greater": "> 0", "noninferior": "> −0.05", "equivalent": "within ±0.05"}
+    lines = ["| claim | mean ± 95% | Holm-level interval | Holm p | status |", "|---|---|---|---|---|"]
+    for r in fam13:
+        lo, hi, a = verdict.holm_interval(r, fam13)
+        claim = f"{r['contrast']} {tests[r['kind']]}".replace(" ", "\u00a0")
+        lines.append(f"| {claim} | {verdict.fmt(r['mean'])} ± {r['ci95']:.3f} | [{lo:+.3f}, {hi:+.3f}] | "
+                     f"{p_text(r['p_holm'])} | {verdict.short_status(r)} |")
+    display(Markdown("\n".join(lines)))
+    gentle = [r for r in c13 if r["family"] == "13 B"]
+    display(Markdown(
+        f"Area under the clean-eval curve, {fam13[0]['n']} fresh seeds ({pre['first_seed']}-"
+        f"{pre['first_seed'] + fam13[0]['n'] - 1}), Holm within family A's {len(fam13)} pre-registered hypotheses; "
+        f"margin ±{pre['margin']:g}. Family B, lr {pre['gentle_lr']:g} ({gentle[0]['n'] if gentle else 0} seeds): "
+        + "; ".join(f"{r['contrast']} {tests[r['kind']]}: {plain_status(verdict.short_status(r))}" for r in gentle)
+        + "."))
+else:
+    display(Markdown(
+        f"- **Fresh seeds** {pre['first_seed']}-{pre['first_seed'] + pre['n_seeds'] - 1} ({pre['n_seeds']}, from a "
+        f"power computation), none used before; primary metric: area under the clean-eval curve; margin "
+        f"±{pre['margin']:g}.\n"
+        f"- **Family A**, the headline sampler, arms {arms13}: does a mismatch cost plain; does SC recover it; does "
+        f"SC match (±{pre['margin']:g}) or beat TIS and MIS; is SC more than a group baseline?\n"
+        f"- **Family B**, lr {pre['gentle_lr']:g} instead of {pre['lr']:g} ({pre['gentle_n_seeds']} seeds; "
+        f"{', '.join(pre['gentle_arms'])}): do the cost and SC's recovery survive a gentler optimizer?\n"
+        f"- **No results yet**: the pre-registration was committed before any run; {seeds_done(pre)} of family A's "
+        f"{pre['n_seeds']} seeds have finished (`results/13_confirmatory/`), and none has been analysed."))
 
 # %% [markdown] tags=["slide"]
 # ## Does SC's edge grow with the mismatch? (notebook 11)
@@ -381,15 +400,18 @@ else:
 # ## The verdict in training reward
 
 # %%
-reward = [c for c in cs if c["where"][:2] in ("02", "11")]
+# notebook 13's family B (the gentler lr) is on the confirmatory slide, with family A's table
+reward = [c for c in cs if c["where"][:2] in ("02", "11", "13") and not (c["row"] or {}).get("family", "").startswith("13 B")]
 display(Markdown(claim_table(reward)))
-display(Markdown("Pooled over two CPU models (the seeds shown); every interval and p: `docs/verdict.md`."))
+display(Markdown(("Notebook 13's rows: fresh seeds, the area under the clean-eval curve (its primary); the others "
+                  "pooled" if any(c["where"].startswith("13") for c in reward) else "Pooled")
+                 + " over two CPU models (the seeds shown); every interval and p: `docs/verdict.md`."))
 
 # %% [markdown] tags=["slide"]
 # ## The verdict under staleness, for length, for the estimator
 
 # %%
-display(Markdown(claim_table([c for c in cs if c not in reward and not c["where"].startswith("10")])))
+display(Markdown(claim_table([c for c in cs if c not in reward and c["where"][:2] not in ("10", "13")])))
 display(Markdown("Staleness (notebook 07): its first design's 3 seeds on one CPU model (its redesign has not run), exploratory. Length (notebook 14): the drift "
                  "alone, iterated, 8 paired seeds; its sign follows the sampler's noise draw, and SC's residual is about "
                  "a seventh of plain's (exploratory). The gradient's claims: the slide on notebook 10. Every interval and p: "
