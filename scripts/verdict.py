@@ -1109,7 +1109,7 @@ def _readme_note_13(cs: list, by: dict, st) -> str:
         for x in (by.get(f"SC matches {name}"), by.get(f"SC matches or beats {name}")):
             if x is not None:
                 test = f"equivalence (±{MARGIN:g})" if x["kind"] == "equivalent" else f"non-inferiority (−{MARGIN:g})"
-                parts.append(f"{test} {st(x)}")
+                parts.append(st(x) if x["status"] not in ("not decided", "contradicted") else f"{test}: {st(x)}")
         return "; ".join(parts)
 
     text = (f"Under the page's rule (each claim in the family its notebook pre-registered; margins ±{MARGIN:g}), the "

@@ -423,6 +423,7 @@ display(Markdown("Staleness (notebook 07): its first design's 3 seeds on one CPU
 # - **Scale**: k = 128 is 6% of this vocabulary, 0.1% of a 150k one; real FP8 weights, long sequences and the
 #   article's recipe need a GPU and a real model.
 # - **Realistic advantages**: with group-centred advantages the drift has nothing to act on (notebook 06).
-# - **SC against TIS and MIS**: not decided at ±0.05; notebook 13 is sized to decide it.
+# - **Against a baseline**: notebook 13's group baseline, no correction, beats SC by far; SC's edge is over
+#   REINFORCE without one.
 #
 # `make reproduce-full` reruns the experiments (8-14 h on 2 cores, est.; resumable); `make slides` builds this deck.
