@@ -474,6 +474,16 @@ CONFIRMATORY_METRICS = (("auc", "primary (AUC)", "", "AUC"),
                         ("final", "secondary (final clean reward)", " final", "final clean reward"))
 
 
+def _holm_as_the_notebook(fam: list, given: list, where: str) -> list:
+    """Holm within `fam` (`apply_holm`), checked against the Holm p its notebook saved (`given`, in the same order);
+    returns fam. Raises ValueError naming `where` when the counts differ or a p differs by more than 1e-9."""
+    apply_holm(fam)
+    if len(given) != len(fam) or any(abs(r["p_holm"] - g) > 1e-9 for r, g in zip(fam, given)):
+        raise ValueError(f"{where}: the notebook's Holm p differs from the page's (notebook {given}, page "
+                         f"{[r['p_holm'] for r in fam]})")
+    return fam
+
+
 def confirmatory_rows(fig: Path = FIG) -> list:
     """Notebook 13's pre-registered families under the rule: for family A (lr 0.5) and family B (the gentler lr),
     and for each metric (the AUC, its primary; the final clean reward, its secondary family), every declared
@@ -496,11 +506,7 @@ def confirmatory_rows(fig: Path = FIG) -> list:
                            [diffs], None, family + suffix, kind)
                 r.update(metric=label, het_p=given.get("het_p"), p_holm_notebook=given["p_holm"])
                 fam.append(r)
-            apply_holm(fam)
-            bad = [r["contrast"] for r in fam if abs(r["p_holm"] - r["p_holm_notebook"]) > 1e-9]
-            if bad:
-                raise ValueError(f"{name}, {key}: the notebook's Holm p differs from the page's for {bad}")
-            out.extend(fam)
+            out.extend(_holm_as_the_notebook(fam, [r["p_holm_notebook"] for r in fam], f"{name}, {key}"))
     return out
 
 
@@ -529,12 +535,7 @@ def staleness_rows(fig: Path = FIG) -> list:
                        f"{par['sampler_precision']} sampler, lr {par['lr']:g}, {label}")
             for kind in ("greater", "noninferior"):
                 fam.append(tested("07", setting, "SC + IS − IS", [units], None, "07 P" + suffix, kind))
-        apply_holm(fam)
-        given = [r["p_holm"] for r in d["families"][key]]
-        if len(given) != len(fam) or any(abs(r["p_holm"] - g) > 1e-9 for r, g in zip(fam, given)):
-            raise ValueError(f"07_staleness.json, {key}: the notebook's Holm p {given} differ from the page's "
-                             f"{[r['p_holm'] for r in fam]}")
-        out.extend(fam)
+        out.extend(_holm_as_the_notebook(fam, [r["p_holm"] for r in d["families"][key]], f"07_staleness.json, {key}"))
     return out
 
 

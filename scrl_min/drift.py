@@ -137,12 +137,9 @@ def _saved_run(job: dict):
 
 
 def _iterated_run(job: dict) -> dict:
-    """One job of `iterated_drift_runs`: read back from its JSON, or computed and saved there."""
+    """One job of `iterated_drift_runs` that has no saved JSON (the caller read those back): computed, saved there."""
     from .driver import load_policy
 
-    saved = _saved_run(job)
-    if saved is not None:
-        return saved
     policy, _ = load_policy(job["model_path"])
     out = dict(key=job["key"], **iterate_drift(policy, job["held"], job["prompts"], eos_id=job["eos_id"],
                                                 pad_id=job["pad_id"], **job["run"]))
