@@ -4,9 +4,12 @@ A synthetic LM head at Qwen-like shapes (hidden 1,024, V = 151,936; 2,048 tokens
 cores. One step = forward + backward of the loss from the final hidden states, in three arms:
   * trl:        TRL's fused, chunked LM head (`trl.kernels.ChunkedLogProbFunction`, log p(y) and the entropy, as
                 GRPOTrainer asks for them) and the policy-gradient term −A · log p(y) (token mean);
-  * trl_sc:     the same plus the centering term as ScoreCenteringGRPOTrainer adds it: `centering_head_logprobs`
+  * trl_sc:     the same plus the centering term as ScoreCenteringGRPOTrainer adds it: the logit gaps at the head
+                ids (`head_logit_gaps`) from the hidden states before TRL's head runs, then `centering_head_logprobs`
                 (log p at the k head ids from TRL's log p(y) and k + 1 logits per token; rows with |Σ c| > 1 over
                 the vocabulary) and core's `centering_term`;
+  * trl_sc_gap_after: trl_sc with the logit gaps computed after TRL's head instead of before (the order before
+                2026-12-05): their backward then runs first, and its (V × H) ∂W is held through TRL's backward;
   * trl_sc_old: the earlier path: a second, chunked LM-head pass over the vocabulary for the head
                 (`lm_head_logprobs`), for comparison;
   * sc_only:    the centering's own work alone: trl_sc's extra forward and backward, with log p(y) a leaf standing
@@ -41,7 +44,7 @@ import torch
 from trl.kernels import ChunkedLogProbFunction
 
 import scrl_min
-from scrl_min.trl import centering_head_logprobs
+from scrl_min.trl import centering_head_logprobs, head_logit_gaps
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_centering import peak_memory_children, report, shape_arguments, status_mb  # noqa: E402
@@ -87,16 +90,25 @@ def step(arm: str, h, W, y, ids, lq, logp_y=None) -> dict:
         if W.grad is None:  # TRL's dense ∂W, already there (the timing loop sets it outside the clock)
             W.grad = torch.zeros_like(W)
         loss = 0.0
-    else:
+    gap = None
+    if arm in ("trl_sc", "trl_sc_gap_after", "sc_only"):
+        # as ScoreCenteringGRPOTrainer does: the logit gaps from the backbone's hidden states before TRL's head runs
+        # (trl_sc_gap_after: after it, as before 2026-12-05; their backward then runs first and holds its (V, H)
+        # gradient through TRL's backward)
+        gap_now = lambda: head_logit_gaps(h[None], W, y[None], ids[None], 1.0)  # noqa: E731
+        gap = gap_now() if arm != "trl_sc_gap_after" else None
+    if arm != "sc_only":
         logp_y, _entropy, *_ = ChunkedLogProbFunction.apply(h, W, None, y, 1.0, TRL_CHUNK, None, 1.0,
                                                             ("log_probs", "entropy"))
         loss = -(A * logp_y).mean()  # TRL's policy term (no IS), token mean
+        if arm == "trl_sc_gap_after":
+            gap = gap_now()
     info = {}
     if arm != "trl":
         mask = torch.ones(1, N, dtype=torch.bool)
-        if arm in ("trl_sc", "sc_only"):
+        if arm in ("trl_sc", "sc_only", "trl_sc_gap_after"):
             lp_head, full = centering_head_logprobs(logp_y[None], h[None], _Head(W), y[None], ids[None], lq[None],
-                                                    mask, 1.0, dict(weighting="none"), nullcontext())
+                                                    mask, 1.0, dict(weighting="none"), nullcontext(), gap=gap)
             info["full_rows"] = int(full.sum())
         else:  # the earlier path: a second pass over the vocabulary
             lp_head = scrl_min.lm_head_logprobs(h[None], W, ids[None])
@@ -123,7 +135,8 @@ def main() -> None:
     ap.add_argument("--noise", type=float, default=0.5, help="std of the sampler's logit noise (nats)")
     ap.add_argument("--reps", type=int, default=6, help="timed reps per arm (after one warm-up)")
     ap.add_argument("--arms", default="trl,trl_sc,sc_only",
-                    help="comma-separated, from trl, trl_sc, sc_only, trl_sc_old (the earlier second-pass path)")
+                    help="comma-separated, from trl, trl_sc, sc_only, trl_sc_old (the earlier second-pass path), "
+                         "trl_sc_gap_after (the logit gaps computed after TRL's head, their backward first)")
     ap.add_argument("--out", default=None, help="write the results here as JSON")
     ap.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -134,8 +147,9 @@ def main() -> None:
     print(f"shapes {shape}, torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
     inputs = make_inputs(args.tokens, args.hidden, args.vocab, args.k, args.noise)
     arms = args.arms.split(",")
-    if arms[0] != "trl" or not set(arms) <= {"trl", "trl_sc", "sc_only", "trl_sc_old"}:
-        ap.error(f"--arms must start with trl and name only trl, trl_sc, sc_only, trl_sc_old: {args.arms}")
+    known = {"trl", "trl_sc", "sc_only", "trl_sc_old", "trl_sc_gap_after"}
+    if arms[0] != "trl" or not set(arms) <= known:
+        ap.error(f"--arms must start with trl and name only {', '.join(sorted(known))}: {args.arms}")
     times, full_rows = {a: [] for a in arms}, []
     for rep in range(args.reps + 1):  # rep 0 is the warm-up
         for arm in (arms if rep % 2 else arms[::-1]):

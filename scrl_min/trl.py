@@ -218,27 +218,48 @@ def head_logprobs_from_sampled(logp_y: torch.Tensor, hidden: torch.Tensor, weigh
 
     an identity, gradient included: the softmax's gradient (∇lse, a pass over the whole vocabulary) comes with
     log p(y) from the trainer's own fused LM head (TRL's, which returns only log p(y)); this adds (tokens × H × (k + 1))
-    work and never forms a (tokens × V) product. The k + 1 logits per token are one sampled sparse product, in float32
-    outside autocast (float64 inputs stay float64); the weight's gradient is one (V, H) buffer.
+    work (`head_logit_gaps`) and never forms a (tokens × V) product.
 
     Args:
       logp_y:      (...,) log p(y_t) at temperature T, with grad (TRL: `outputs.log_probs` of the fused head)
+      hidden, weight, sampled_ids, head_ids, temperature, bias: as `head_logit_gaps`
+    Returns (..., k) log p at head_ids, float32 (float64 for float64 inputs). Raises ScrlError on mismatched shapes,
+    an id outside [0, V) (naming its index), or T <= 0.
+    """
+    if tuple(logp_y.shape) != tuple(sampled_ids.shape):
+        raise ScrlError(f"shapes do not match: logp_y {tuple(logp_y.shape)}, sampled_ids {tuple(sampled_ids.shape)}; "
+                        f"expected the same (...)")
+    gap = head_logit_gaps(hidden, weight, sampled_ids, head_ids, temperature, bias=bias)
+    return logp_y.to(gap.dtype)[..., None] + gap
+
+
+def head_logit_gaps(hidden: torch.Tensor, weight: torch.Tensor, sampled_ids: torch.Tensor, head_ids: torch.Tensor,
+                    temperature: float = 1.0, *, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """(z_v − z_y) / T at the head ids v, z = h·Wᵀ + b: the part of log p(v) = log p(y) + (z_v − z_y) / T that the
+    trainer's fused head does not give. The k + 1 logits per token are one sampled sparse product, in float32 outside
+    autocast (float64 inputs stay float64); the weight's gradient is one (V, H) buffer.
+
+    Computed before TRL's fused head runs (ScoreCenteringGRPOTrainer does so from the backbone's forward hook), its
+    backward runs after the head's (autograd runs the later node first), so the (V, H) gradient buffer is not held
+    through the head's backward over the vocabulary: on the benchmark's machine holding it there cost about 10% of
+    the step (docs/benchmarks.md).
+
+    Args:
       hidden:      (..., H) final-norm hidden states that score y_t (row P − 1 + t for completion token t)
       weight:      (V, H) LM-head matrix; bias: (V,) or None
       sampled_ids: (...,) long, y_t;  head_ids: (..., k) long, the sampler's top-k ids
-      temperature: T > 0, the one logp_y was computed at
-    Returns (..., k) log p at head_ids, float32 (float64 for float64 inputs). Raises ScrlError on mismatched shapes,
-    an id outside [0, V) (naming its index), or T <= 0. Models whose logits are scaled or soft-capped are refused by
-    the trainer (this identity would need the same transform of z).
+      temperature: T > 0
+    Returns (..., k), float32 (float64 for float64 inputs). Raises ScrlError on mismatched shapes, an id outside
+    [0, V) (naming its index), or T <= 0. Models whose logits are scaled or soft-capped are refused by the trainer
+    (the identity would need the same transform of z).
     """
     if temperature <= 0:
         raise ScrlError(f"temperature must be > 0, got {temperature}")
     lead, k, H = tuple(sampled_ids.shape), head_ids.shape[-1], weight.shape[-1]
-    if (tuple(logp_y.shape) != lead or tuple(head_ids.shape[:-1]) != lead or tuple(hidden.shape) != (*lead, H)
-            or weight.dim() != 2):
-        raise ScrlError(f"shapes do not match: logp_y {tuple(logp_y.shape)}, hidden {tuple(hidden.shape)}, sampled_ids "
-                        f"{lead}, head_ids {tuple(head_ids.shape)}, weight {tuple(weight.shape)}; expected (...), "
-                        f"(..., H), (...), (..., k), (V, H)")
+    if tuple(head_ids.shape[:-1]) != lead or tuple(hidden.shape) != (*lead, H) or weight.dim() != 2:
+        raise ScrlError(f"shapes do not match: hidden {tuple(hidden.shape)}, sampled_ids {lead}, head_ids "
+                        f"{tuple(head_ids.shape)}, weight {tuple(weight.shape)}; expected (..., H), (...), (..., k), "
+                        f"(V, H)")
     _check_ids(sampled_ids, weight.shape[0])
     _check_ids(head_ids, weight.shape[0])
     ids = torch.cat([sampled_ids[..., None], head_ids], dim=-1).reshape(-1, k + 1)  # (N, 1 + k): y first
@@ -247,11 +268,11 @@ def head_logprobs_from_sampled(logp_y: torch.Tensor, hidden: torch.Tensor, weigh
         if bias is not None:
             b = bias[ids].to(gap.dtype)  # (N, 1 + k)
             gap = gap + (b[:, 1:] - b[:, :1]) / temperature
-    return logp_y.to(gap.dtype)[..., None] + gap.reshape(*lead, k)
+    return gap.reshape(*lead, k)
 
 
 def centering_head_logprobs(logp_y, hidden, lm_head, sampled_ids, head_ids, sampler_head_logp, mask,
-                            temperature: float, centering_kw: dict, head_ctx, head_fp32: bool = False):
+                            temperature: float, centering_kw: dict, head_ctx, head_fp32: bool = False, gap=None):
     """The trainer's log-probs at the head ids for the centering term, as ScoreCenteringGRPOTrainer computes them.
 
     Every row from TRL's log p(y) and k + 1 logits (`head_logprobs_from_sampled`: no pass over the vocabulary),
@@ -266,12 +287,17 @@ def centering_head_logprobs(logp_y, hidden, lm_head, sampled_ids, head_ids, samp
       sampled_ids: (B, T) long;  head_ids, sampler_head_logp: (B, T, k);  mask: (B, T) bool
       centering_kw: core's weighting keywords (weighting, tis_cap, mis_band) for the coefficients c_v
       head_ctx: the context TRL's head runs in (its autocast, or autocast off);  head_fp32: TRL casts the head to fp32
+      gap: (B, T, k) `head_logit_gaps` of these inputs when already computed (the trainer computes them before TRL's
+           head runs); None computes them here
     Returns (logp_head (B, T, k) float32 with grad, full (B, T) bool: the rows scored over the vocabulary). Raises
-    ScrlError (from `head_logprobs_from_sampled`) on shapes or ids.
+    ScrlError (from `head_logit_gaps`) on shapes or ids.
     """
     # log p(v) = log p(y) + (z_v − z_y) / T, v ∈ H: (B, T, k)
-    logp_head = head_logprobs_from_sampled(logp_y, hidden, lm_head.weight, sampled_ids, head_ids, temperature,
-                                           bias=lm_head.bias)
+    if gap is None:
+        gap = head_logit_gaps(hidden, lm_head.weight, sampled_ids, head_ids, temperature, bias=lm_head.bias)
+    if tuple(logp_y.shape) != tuple(gap.shape[:-1]):
+        raise ScrlError(f"shapes do not match: logp_y {tuple(logp_y.shape)}, gap {tuple(gap.shape)}")
+    logp_head = logp_y.to(gap.dtype)[..., None] + gap
     c, _ = centering_coefficients(logp_head, sampler_head_logp, mask, **centering_kw)
     full = mask & (c.sum(-1).abs() > CONDITIONING_LIMIT)  # (B, T)
     if full.any():
@@ -289,8 +315,9 @@ def centering_head_logprobs(logp_y, hidden, lm_head, sampled_ids, head_ids, samp
 class _HeadLogitGap(torch.autograd.Function):
     """(z_v − z_y) / T for v = ids[:, 1:], y = ids[:, 0], z = h Wᵀ: h (N, H), weight (V, H), ids (N, 1 + k) → (N, k),
     float32 (float64 for float64 inputs). The (N, 1 + k) logits are one sparse product: the pairs (token, id) as a
-    (N × V) CSR pattern, z = sampled_addmm (only those entries of h Wᵀ); backward, ∂h = D W and ∂W = Dᵀ h with D the
-    (N × V) CSR matrix of ∂/∂z at the pairs (Dᵀ built by sorting the pairs by id). Nothing of size (N, k, H) exists."""
+    (N × V) CSR pattern, z = sampled_addmm (only those entries of h Wᵀ); backward, with D the (N × V) sparse matrix of
+    ∂/∂z at the pairs, ∂h = D W (a CSR product) and ∂W = Dᵀ h (`_scatter_rows`: the pairs sorted by id and added row by
+    row). Nothing of size (N, k, H) exists."""
 
     @staticmethod
     def forward(ctx, h, weight, ids, inv_t):
@@ -323,16 +350,37 @@ class _HeadLogitGap(torch.autograd.Function):
                 grad_h = torch.sparse_csr_tensor(crow, sid.reshape(-1), d_sorted, size=(N, V), device=h.device,
                                                  check_invariants=False) @ weight
             if ctx.needs_input_grad[1]:  # ∂W_v = Σ_{(t, j): id_tj = v} dz_tj h_t
-                flat = sid.reshape(-1)
-                order = flat.argsort(stable=True)
-                crow = torch.cat([flat.new_zeros(1), torch.bincount(flat, minlength=V).cumsum(0)])
-                token = torch.div(order, m, rounding_mode="floor")
-                # written straight into an uninitialised (V, H) buffer: the product writes every row (zeros where no
-                # pair names the id), so there is no zero-fill and no copy out of a temporary (at V = 151,936, H = 1,024
-                # that halved this line's time: docs/benchmarks.md)
-                grad_w = torch.mm(torch.sparse_csr_tensor(crow, token, d_sorted[order], size=(V, N), device=h.device,
-                                                          check_invariants=False), h, out=torch.empty_like(weight))
+                grad_w = _scatter_rows(weight.shape, sid.reshape(-1), d_sorted, h, m)
         return grad_h, grad_w, None, None
+
+
+def _scatter_rows(shape, flat_ids, d, h, m: int, chunk: int = 2048) -> torch.Tensor:
+    """∂W = Dᵀ h for the (N × V) matrix D with D[i // m, flat_ids[i]] = d[i]: a dense (V, H) gradient whose row v is
+    Σ_i d_i h_{i // m} over the pairs that name v (zero where none does). flat_ids, d: (N·m,); h: (N, H).
+
+    The pairs sorted by id (ties in token order), then one of two ways to the same sums: where an id row gathers
+    many pairs (≥ 8 on average), a (V × N) CSR product, written straight into an uninitialised (V, H) buffer (the
+    product writes every row); otherwise the pairs added `chunk` at a time (h's rows gathered into one reused
+    (chunk, H) buffer, scaled, `index_add_`-ed into zeros). Measured on one CPU thread (docs/benchmarks.md): at
+    V = 151,936, H = 1,024, 2,048 tokens × 129 ids (1.7 pairs per row) 0.38 s against the product's 0.60 s; on the
+    embedded model (768 tokens × 129 ids, V = 2,048, H = 256: 48 per row) 4.4 ms against 9.9 ms."""
+    order = flat_ids.argsort(stable=True)  # by id, ties in token order
+    ids, d, token = flat_ids[order], d[order], torch.div(order, m, rounding_mode="floor")
+    V, N = shape[0], h.shape[0]
+    if len(ids) >= 8 * V:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+            crow = torch.cat([ids.new_zeros(1), torch.bincount(ids, minlength=V).cumsum(0)])
+            return torch.mm(torch.sparse_csr_tensor(crow, token, d, size=(V, N), device=h.device,
+                                                    check_invariants=False), h, out=h.new_empty(shape))
+    grad = torch.zeros(shape, dtype=h.dtype, device=h.device)
+    buf = h.new_empty(min(chunk, len(ids)), h.shape[1])
+    for s in range(0, len(ids), chunk):
+        b = buf[:min(chunk, len(ids) - s)]
+        torch.index_select(h, 0, token[s:s + chunk], out=b)
+        b.mul_(d[s:s + chunk, None])
+        grad.index_add_(0, ids[s:s + chunk], b)
+    return grad
 
 
 class ScoreCenteringGRPOTrainer(GRPOTrainer):
@@ -586,11 +634,18 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
             return super()._compute_loss(model, inputs)
         self.check_batch(inputs)
         # TRL's fused LM head runs the backbone once: keep its last hidden states (B, P + T, H) and its log p(y_t)
-        # (B, P + T − 1), which carries the gradient of TRL's own softmax over the vocabulary
+        # (B, P + T − 1), which carries the gradient of TRL's own softmax over the vocabulary. The logit gaps at the
+        # head ids are computed from the hidden states as soon as the backbone returns, before TRL's head runs, so
+        # that their backward (and its (V, H) gradient buffer) comes after the head's (`head_logit_gaps`)
         unwrapped = self.accelerator.unwrap_model(model)
-        seen = {"hidden": [], "logp": []}
-        hooks = [unwrapped.base_model.register_forward_hook(
-                     lambda m, a, out: seen["hidden"].append(out.last_hidden_state)),
+        seen = {"hidden": [], "logp": [], "gap": []}
+
+        def backbone_done(module, args, out):
+            seen["hidden"].append(out.last_hidden_state)
+            if len(seen["hidden"]) == 1:
+                seen["gap"].append(self._logit_gaps(out.last_hidden_state, inputs))
+
+        hooks = [unwrapped.base_model.register_forward_hook(backbone_done),
                  unwrapped.register_forward_hook(lambda m, a, out: seen["logp"].append(out.log_probs))]
         try:
             loss = super()._compute_loss(model, inputs)
@@ -601,18 +656,26 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
             raise ScrlError(f"TRL's loss ran {len(seen['logp'])} fused forwards where the centering term expects one")
         T, mask = inputs["completion_ids"].shape[1], inputs["completion_mask"].bool()
         logp_y = seen["logp"][0][:, -T:]  # (B, T) TRL's log p(y_t), with grad
-        term, diag = self._centering(seen["hidden"][0], logp_y, inputs)
+        term, diag = self._centering(seen["hidden"][0], logp_y, inputs, seen["gap"][0])
         # log r_t = log p(y_t) − log q(y_t): TRL's own log p(y_t), detached
         log_ratio = logp_y.detach().float() - inputs["sampling_per_token_logps"].float()
         self._log_centering(term, diag, log_ratio, mask)
         return loss + term
 
-    def _centering(self, hidden, logp_y, inputs):
+    def _logit_gaps(self, hidden, inputs):
+        """(B, T, k) `head_logit_gaps` of the batch's completion tokens from the backbone's last hidden states
+        (B, P + T, H): row P − 1 + t scores completion token t."""
+        P, T = inputs["prompt_ids"].shape[1], inputs["completion_ids"].shape[1]
+        head = self.accelerator.unwrap_model(self.model).get_output_embeddings()
+        return head_logit_gaps(hidden[:, P - 1:P - 1 + T], head.weight, inputs["completion_ids"],
+                               inputs["sampler_head_ids"], self.temperature, bias=head.bias)
+
+    def _centering(self, hidden, logp_y, inputs, gap=None):
         """(the reduced centering term, its diag) from the backbone's last hidden states (B, P + T, H), TRL's
         log p(y_t) (B, T) and the batch: log p at the head ids (`centering_head_logprobs`; row P − 1 + t scores
         completion token t), core's `centering_term` with the weighting of TRL's IS options, TRL's sequence ratio
-        where it has one, TRL's reduction. diag["full_softmax_rows"] (B, T) marks the rows scored over the
-        vocabulary."""
+        where it has one, TRL's reduction; `gap` (B, T, k): `_logit_gaps` when already computed. diag["full_softmax_rows"]
+        (B, T) marks the rows scored over the vocabulary."""
         P, T = inputs["prompt_ids"].shape[1], inputs["completion_ids"].shape[1]
         mask, lq = inputs["completion_mask"].bool(), inputs["sampler_head_logp"]
         kw, sequence_level = self._is_setting()
@@ -620,7 +683,7 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
         logp_head, full = centering_head_logprobs(
             logp_y, hidden[:, P - 1:P - 1 + T], self.accelerator.unwrap_model(self.model).get_output_embeddings(),
             inputs["completion_ids"], inputs["sampler_head_ids"], lq, mask, self.temperature, kw,
-            torch.autocast(hidden.device.type, enabled=False) if fp32 else self.accelerator.autocast(), fp32)
+            torch.autocast(hidden.device.type, enabled=False) if fp32 else self.accelerator.autocast(), fp32, gap)
         # sg(A_t) · Σ_{v∈H} sg(c_v) · log p(v), (B, T)
         term, diag = centering_term(logp_head, lq, inputs["advantages"], mask, **kw)
         diag["full_softmax_rows"] = full.float()

@@ -32,10 +32,10 @@ def _full_softmax_reference(h, W, b, y, ids, T):
 
 @pytest.mark.parametrize("T, poison", [(1.0, False), (0.7, False), (1.0, True)])
 def test_head_logprobs_from_sampled_is_the_full_softmax(T, poison, monkeypatch):
-    if poison:  # ∂W is written into an uninitialised buffer: make it NaN, so a row the product leaves unwritten shows
-        empty_like = torch.empty_like
-        monkeypatch.setattr(torch, "empty_like", lambda t, **kw: empty_like(t, **kw).fill_(float("nan")))
-        assert torch.empty_like(torch.zeros(2)).isnan().all()
+    if poison:  # ∂W's rows pass through a reused, uninitialised buffer: make it NaN, so a row left unwritten shows
+        new_empty = torch.Tensor.new_empty
+        monkeypatch.setattr(torch.Tensor, "new_empty", lambda t, *a, **kw: new_empty(t, *a, **kw).fill_(float("nan")))
+        assert torch.zeros(1).new_empty(2).isnan().all()
     g = torch.Generator().manual_seed(0)
     N, H, V, k = 11, 6, 50, 5
     h = torch.randn(N, H, generator=g, dtype=F64, requires_grad=True)
@@ -61,6 +61,30 @@ def test_head_logprobs_from_sampled_is_the_full_softmax(T, poison, monkeypatch):
     named = torch.zeros(V, dtype=torch.bool)
     named[ids.reshape(-1)] = named[y] = True
     assert (~named).sum() >= 5 and (gap_w[~named] == 0).all() and gap_w[named].isfinite().all()
+
+
+@pytest.mark.parametrize("V, chunk", [(30, 1), (30, 4), (30, 7), (30, 10_000), (2, 2048)])
+def test_scatter_rows_is_the_dense_product(V, chunk, monkeypatch):
+    """∂W = Dᵀ h, D (N × V) with the pairs' values (ids repeated within and across tokens), against a dense float64
+    product built by a loop: V = 30 takes the chunked path (chunks that divide the pairs, do not, and hold them all),
+    V = 2 the CSR product (≥ 8 pairs per row), its output buffer NaN-filled so a row it left unwritten would show."""
+    from scrl_min.trl import _scatter_rows
+
+    new_empty = torch.Tensor.new_empty
+    monkeypatch.setattr(torch.Tensor, "new_empty", lambda t, *a, **kw: new_empty(t, *a, **kw).fill_(float("nan")))
+    g = torch.Generator().manual_seed(1)
+    N, m, H = 5, 4, 3
+    flat = torch.randint(V, (N * m,), generator=g)
+    flat[:3] = 0  # one id three times, twice within token 0
+    if V == 2:
+        flat[:] = 0  # row 1 named by no pair
+    d, h = torch.randn(N * m, generator=g, dtype=F64), torch.randn(N, H, generator=g, dtype=F64)
+    D = torch.zeros(N, V, dtype=F64)
+    for i in range(N * m):
+        D[i // m, flat[i]] += d[i]
+    got = _scatter_rows((V, H), flat, d, h, m, chunk=chunk)
+    assert got.dtype == F64 and torch.allclose(got, D.T @ h, rtol=0, atol=1e-12)
+    assert (got[D.abs().sum(0) == 0] == 0).all() and (D.abs().sum(0) == 0).any()
 
 
 def test_head_logprobs_from_sampled_refuses_bad_input():
@@ -149,11 +173,31 @@ def test_centering_adds_no_pass_over_the_vocabulary(batch):
         f"centering ran vocabulary-sized products over more than its {n_full} full-softmax rows: {extra[:3]}"
 
 
+def test_logit_gaps_backward_runs_after_trls_head(batch, monkeypatch):
+    """The trainer computes the logit gaps before TRL's fused head runs, so autograd runs their backward (and
+    allocates its (V, H) ∂W) after the head's backward over the vocabulary, not before it and held through it."""
+    from trl.kernels import ChunkedLogProbFunction
+
+    from scrl_min.trl import _HeadLogitGap
+
+    tr, inputs = batch
+    order = []
+    for cls, name in ((ChunkedLogProbFunction, "trl_head"), (_HeadLogitGap, "logit_gaps")):
+        own = cls.backward
+        monkeypatch.setattr(cls, "backward", staticmethod(
+            lambda ctx, *g, _own=own, _name=name: order.append(_name) or _own(ctx, *g)))
+    try:
+        tr.compute_loss(tr.model, inputs).backward()
+    finally:
+        tr.model.zero_grad(set_to_none=True)
+    assert order == ["trl_head", "logit_gaps"], order
+
+
 def _full_pass_centering(tr, fp32: bool):
     """The trainer's `_centering` with the head log-probs from a log-softmax over the whole vocabulary (the path
     before `head_logprobs_from_sampled`): in float32 logits (fp32=True, the reference) or in the same bf16 autocast as
     TRL's forward (the earlier path, whose distance to the reference is bf16's own round-off)."""
-    def centering(hidden, logp_y, inputs):
+    def centering(hidden, logp_y, inputs, gap=None):  # gap: the trainer's logit gaps, unused by this reference
         P, T = inputs["prompt_ids"].shape[1], inputs["completion_ids"].shape[1]
         mask = inputs["completion_mask"].bool()
         h, W = hidden[:, P - 1:P - 1 + T], tr.model.get_output_embeddings().weight
