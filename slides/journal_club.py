@@ -427,7 +427,16 @@ display(Markdown("\"Matches\": both one-sided tests clear ±0.05 (equivalence); 
 
 # %%
 display(Markdown(claim_table([c for c in cs if c not in reward and c["where"][:2] not in ("10", "13")])))
-display(Markdown("Staleness (notebook 07): its first design's 3 seeds on one CPU model (its redesign has not run), exploratory. Length (notebook 14): the drift "
+st07 = verdict.staleness_rows()
+if st07:  # the redesign: SC + IS − IS per seed, the mean over lags and IS kinds, Holm within its four hypotheses
+    prim = [r for r in st07 if r["family"] == "07 P"]
+    stale_text = (f"Staleness (notebook 07's pre-registered redesign): {len(prim[0]['per_seed'])} fresh seeds, lr "
+                  f"{load('07_staleness.json')['parameters']['lr']:g}, the refresh and constant-lag schedules; SC + IS − IS on the area under the clean-eval curve, Holm within its "
+                  f"{len(prim)} hypotheses.")
+else:
+    stale_text = ("Staleness (notebook 07): its first design's 3 seeds on one CPU model (its pre-registered redesign "
+                  "has not finished), exploratory.")
+display(Markdown(stale_text + " Length (notebook 14): the drift "
                  "alone, iterated, 8 paired seeds; its sign follows the sampler's noise draw, and SC's residual is about "
                  "a seventh of plain's (exploratory). The gradient's claims: the slide on notebook 10. Every interval and p: "
                  "`docs/verdict.md`."))
