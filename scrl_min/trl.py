@@ -209,7 +209,7 @@ def _colocate_engine_kwargs(a: ScoreCenteringConfig):
 # --- the trainer's log-probs at the head ids, from TRL's log p(y): no pass over the vocabulary ---------------------
 def head_logprobs_from_sampled(logp_y: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor,
                                sampled_ids: torch.Tensor, head_ids: torch.Tensor, temperature: float = 1.0, *,
-                               bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+                               bias: Optional[torch.Tensor] = None, gap: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Trainer log-probs at the sampler's head ids, from the sampled token's log-prob and k + 1 logits per token.
 
     With z = h·Wᵀ + b the logits and lse = logsumexp(z / T), log p(v) = z_v / T − lse for every v, so
@@ -223,13 +223,17 @@ def head_logprobs_from_sampled(logp_y: torch.Tensor, hidden: torch.Tensor, weigh
     Args:
       logp_y:      (...,) log p(y_t) at temperature T, with grad (TRL: `outputs.log_probs` of the fused head)
       hidden, weight, sampled_ids, head_ids, temperature, bias: as `head_logit_gaps`
+      gap:         (..., k) `head_logit_gaps` of these inputs when already computed; None computes them here
     Returns (..., k) log p at head_ids, float32 (float64 for float64 inputs). Raises ScrlError on mismatched shapes,
     an id outside [0, V) (naming its index), or T <= 0.
     """
-    if tuple(logp_y.shape) != tuple(sampled_ids.shape):
-        raise ScrlError(f"shapes do not match: logp_y {tuple(logp_y.shape)}, sampled_ids {tuple(sampled_ids.shape)}; "
-                        f"expected the same (...)")
-    gap = head_logit_gaps(hidden, weight, sampled_ids, head_ids, temperature, bias=bias)
+    lead = tuple(sampled_ids.shape)
+    if tuple(logp_y.shape) != lead or (gap is not None and tuple(gap.shape) != (*lead, head_ids.shape[-1])):
+        raise ScrlError(f"shapes do not match: logp_y {tuple(logp_y.shape)}, sampled_ids {lead}, head_ids "
+                        f"{tuple(head_ids.shape)}, gap {None if gap is None else tuple(gap.shape)}; expected (...), "
+                        f"(...), (..., k), (..., k)")
+    if gap is None:
+        gap = head_logit_gaps(hidden, weight, sampled_ids, head_ids, temperature, bias=bias)
     return logp_y.to(gap.dtype)[..., None] + gap
 
 
@@ -290,14 +294,11 @@ def centering_head_logprobs(logp_y, hidden, lm_head, sampled_ids, head_ids, samp
       gap: (B, T, k) `head_logit_gaps` of these inputs when already computed (the trainer computes them before TRL's
            head runs); None computes them here
     Returns (logp_head (B, T, k) float32 with grad, full (B, T) bool: the rows scored over the vocabulary). Raises
-    ScrlError (from `head_logit_gaps`) on shapes or ids.
+    ScrlError (from `head_logprobs_from_sampled`) on shapes or ids.
     """
     # log p(v) = log p(y) + (z_v − z_y) / T, v ∈ H: (B, T, k)
-    if gap is None:
-        gap = head_logit_gaps(hidden, lm_head.weight, sampled_ids, head_ids, temperature, bias=lm_head.bias)
-    if tuple(logp_y.shape) != tuple(gap.shape[:-1]):
-        raise ScrlError(f"shapes do not match: logp_y {tuple(logp_y.shape)}, gap {tuple(gap.shape)}")
-    logp_head = logp_y.to(gap.dtype)[..., None] + gap
+    logp_head = head_logprobs_from_sampled(logp_y, hidden, lm_head.weight, sampled_ids, head_ids, temperature,
+                                           bias=lm_head.bias, gap=gap)
     c, _ = centering_coefficients(logp_head, sampler_head_logp, mask, **centering_kw)
     full = mask & (c.sum(-1).abs() > CONDITIONING_LIMIT)  # (B, T)
     if full.any():

@@ -170,15 +170,16 @@ if m:
     shown = [("plain", "plain"), ("sc", "SC"), ("is", "exact token IS")]
     fig, ax = plt.subplots(figsize=(11.5, 3.9))
     x = np.arange(len(prefixes))
+    top = max(bias[p]["plain"] for p in prefixes)
     for j, (key, label) in enumerate(shown):
         vals = [bias[p][key] for p in prefixes]
         ax.bar(x + (j - 1) * 0.27, vals, 0.27, color=ARM_COLORS[key], label=label)
         for xi, v in zip(x + (j - 1) * 0.27, vals):
-            if v < 0.01 * max(bias[p]["plain"] for p in prefixes):  # a bar too short to see: say so
+            if v < 0.01 * top:  # a bar too short to see: say so
                 ax.text(xi, 0, f"{v:.0f}", ha="center", va="bottom", color=ARM_COLORS[key])
     ax.set_xticks(x, [f"prefix {p}" for p in prefixes])
     ax.set_ylabel("‖E[update] − g*‖ / ‖g*‖")
-    ax.set_ylim(0, 1.3 * max(bias[p]["plain"] for p in prefixes))
+    ax.set_ylim(0, 1.3 * top)
     ax.legend(frameon=False, ncol=3, loc="upper right")
     fig.tight_layout()
     show(fig)

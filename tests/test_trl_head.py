@@ -98,6 +98,8 @@ def test_head_logprobs_from_sampled_refuses_bad_input():
         head_logprobs_from_sampled(torch.zeros(2, 3), h, W, y, bad)
     with pytest.raises(scrl_min.ScrlError, match="temperature"):
         head_logprobs_from_sampled(torch.zeros(2, 3), h, W, y, ids, 0.0)
+    with pytest.raises(scrl_min.ScrlError, match=r"gap \(2, 3, 4\)"):  # precomputed gaps of the wrong k
+        head_logprobs_from_sampled(torch.zeros(2, 3), h, W, y, ids, gap=torch.zeros(2, 3, 4))
 
 
 TEST_CONFIG = dict(use_cpu=True, per_device_train_batch_size=8, num_generations=2, max_completion_length=16,
