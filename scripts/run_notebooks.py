@@ -214,9 +214,11 @@ def main(argv=None) -> int:
         check_parameters(path, params)
         plan.append((path, params))
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    for path, params in plan:
+    start = time.time()
+    for i, (path, params) in enumerate(plan, 1):
         t0 = time.time()
-        print(f"[run_notebooks] {path.name} {params or ''}", flush=True)
+        print(f"[run_notebooks] ({i}/{len(plan)}, {(t0 - start) / 60:.0f} min so far) {path.name} {params or ''}",
+              flush=True)
         pm.execute_notebook(str(path), str(args.out_dir / path.name), parameters=params,
                             kernel_name="python3", cwd=str(path.parent), progress_bar=False,
                             stdout_file=sys.stdout, stderr_file=sys.stderr)
@@ -224,7 +226,8 @@ def main(argv=None) -> int:
         if args.commit_outputs:
             clean_executed(args.out_dir / path.name, path, params, args.command)
             print(f"[run_notebooks] {path.name}: outputs written to {path.relative_to(REPO)}", flush=True)
-    print(f"[run_notebooks] {len(plan)} notebook(s) ran: {', '.join(sorted(stems))}")
+    print(f"[run_notebooks] {len(plan)} notebook(s) ran in {(time.time() - start) / 60:.1f} min: "
+          f"{', '.join(sorted(stems))}")
     return 0
 
 
