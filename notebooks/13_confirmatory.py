@@ -23,9 +23,9 @@
 #   policy by about the sampler's mismatch or less (measured below): does the cost, and SC's recovery,
 #   survive when the optimizer is not taking large steps?
 #
-# **Run time**: 36 seeds × 7 arms + 16 seeds × 4 arms = 316 runs of 100 steps, about 5.6 CPU-thread hours at
-# notebook 02's measured 64 s per run: about 2.8 hours on 2 CPU cores with AVX-512/AMX, about 4.5 hours on a CPU
-# without them (102 s per run), no GPU. Resumable (one folder per run configuration); a bar counts the runs.
+# **Run time**: 36 seeds × 7 arms + 16 seeds × 4 arms = 316 runs of 100 steps: about 5 hours on 2 CPU cores of a
+# CPU with AVX-512 and no AMX, where they ran (about 56 s of wall time per run, two at a time), no GPU; from the
+# committed run records (`results/`), about a minute (docs/development.md). Resumable (one folder per run configuration); a bar counts the runs.
 # The power computation and the step-size measurement take about a minute. With the default parameters it
 # writes `runs/figures/13_*`; `make reproduce-full` writes `figures/` and keeps the runs in `results/13_confirmatory/`
 # (the amendment below).
@@ -894,18 +894,18 @@ print(f"saved {figures_dir}/13_gentle_optimizer.png and .json")
 # top (written after the run; the statuses are the tables' above). 36 paired seeds in family A, 16 in family B,
 # all runs on CPUs with AVX-512 (one CPU kind, so no heterogeneity test applies).
 #
-# **Family A, primary (AUC), Holm over seven.** A mismatched sampler costs plain: plain − bf16 −0.206 ± 0.026
+# **Family A, primary (AUC), Holm over seven.** A mismatched sampler costs plain: plain − bf16 −0.206 ± 0.027
 # (35 of 36 seeds below 0), *reproduced*. Score centering recovers it: SC − plain +0.173 ± 0.021 (36 of 36),
-# *reproduced*. SC matches TIS and MIS: SC − MIS −0.009 ± 0.028 and SC − TIS −0.012 ± 0.022, both *equivalent within
+# *reproduced*. SC matches TIS and MIS: SC − MIS −0.009 ± 0.029 and SC − TIS −0.012 ± 0.022, both *equivalent within
 # ±0.05* (Holm p 0.0116 and 0.0038) and so *non-inferior at −0.05*, as expected. **SC is not more than a group
-# baseline: A7 is *contradicted***, SC − baseline −0.160 ± 0.045 (2 of 36 seeds above 0): plain REINFORCE with the
+# baseline: A7 is *contradicted***, SC − baseline −0.160 ± 0.046 (2 of 36 seeds above 0): plain REINFORCE with the
 # group-mean reward as a baseline, at the same step, reaches an AUC of 0.470 against SC's 0.309 and even the
 # no-mismatch reference's 0.342. The pre-registration expected "not decided or contradicted", near 0; the size is
 # not what it expected: the baseline removes the drift E_q[A]·μ that SC removes and also the variance of the raw
 # rewards' common offset, which at this size is worth more than the mismatch (an explanation, not tested here).
 #
-# **Secondary (final clean reward).** A1 −0.239 ± 0.044 and A2 +0.210 ± 0.040 *reproduced*, A7 *contradicted*
-# (−0.258 ± 0.077); SC − MIS −0.041 ± 0.055 and SC − TIS +0.003 ± 0.050 *not decided* under either margin, as
+# **Secondary (final clean reward).** A1 −0.239 ± 0.046 and A2 +0.210 ± 0.041 *reproduced*, A7 *contradicted*
+# (−0.258 ± 0.080); SC − MIS −0.041 ± 0.057 and SC − TIS +0.003 ± 0.052 *not decided* under either margin, as
 # expected (the final reward's per-seed spread is about twice the AUC's).
 #
 # **Collapse.** Collapsed runs (last clean evaluation's sd below 0.02): plain 15 of 36, SC 7, TIS 4, bf16 3, MIS 2,
@@ -913,15 +913,15 @@ print(f"saved {figures_dir}/13_gentle_optimizer.png and .json")
 # SC vs the baseline 0.062. Collapse does not carry the effect: on the seeds where neither run of the pair
 # collapsed, plain − bf16 is −0.186 ± 0.036 (19 seeds) and SC − plain +0.187 ± 0.029 (16 seeds), the same size.
 #
-# **Exploratory.** SC + baseline − baseline +0.010 ± 0.046: not decided; centering adds nothing detectable to a
+# **Exploratory.** SC + baseline − baseline +0.010 ± 0.047: not decided; centering adds nothing detectable to a
 # group baseline here.
 #
 # **Family B, lr 0.25 (Holm over four).** The cost survives the gentler optimizer: plain − bf16 −0.193 ± 0.035
 # (16 of 16), *reproduced*; so does the recovery, SC − plain +0.185 ± 0.046 (16 of 16), *reproduced*. SC − MIS
 # +0.000 ± 0.048 is *equivalent within ±0.05* and *non-inferior* (Holm p 0.042 each), where the pre-registration
 # expected "not decided". On the final reward B1 and B2 are reproduced, B3 and B4 not decided. Paired by seed with
-# family A, neither the cost nor the recovery changes with the step size (changes +0.011 ± 0.060 and
-# +0.010 ± 0.053 in AUC).
+# family A, no change of the cost or the recovery with the step size is detected (changes +0.011 ± 0.060 and
+# +0.010 ± 0.053 in AUC): a change beyond about 0.07 is excluded, a smaller one is not.
 #
 # **What it means.** On fresh seeds, pre-registered, the headline holds: the mismatch costs plain about 0.2 reward
 # and SC recovers it, matching TIS and MIS within ±0.05 on the AUC, at lr 0.5 and at lr 0.25. But the correction a

@@ -28,7 +28,8 @@ T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
 def mean_ci95(values, axis: int = 0):
     """Mean over seeds and the half-width of its 95% t interval: mean ± t_{0.975, n−1} · s / √n.
 
-    values: array-like with the n seeds along `axis` (n >= 2; above 31 seeds the normal 1.96 is used).
+    values: array-like with the n seeds along `axis` (n >= 2; t from the table T975 up to 31 seeds, from scipy's
+    Student t above: never the normal 1.96, which is 3.5% too narrow at 36 seeds).
     Returns (mean, half_width) as floats or numpy arrays of the remaining shape. For paired
     differences between arms pass the per-seed differences. Raises ScrlError for fewer than 2 seeds.
     """
@@ -36,7 +37,12 @@ def mean_ci95(values, axis: int = 0):
     n = x.shape[axis]
     if n < 2:
         raise ScrlError(f"a 95% interval needs at least 2 seeds, got {n}")
-    t = T975[n - 2] if n - 2 < len(T975) else 1.96
+    if n - 2 < len(T975):
+        t = T975[n - 2]
+    else:
+        from scipy import stats
+
+        t = float(stats.t.ppf(0.975, n - 1))
     return x.mean(axis), t * x.std(axis, ddof=1) / math.sqrt(n)
 
 
