@@ -791,7 +791,10 @@ def length_drift_claim(ld, iterated=None) -> dict:
                                    f"{ld['primary'].get('status', '–')}")
         number = (f"{fmt(p['mean'])} ± {p['ci95']:.3f} nats ({p['n']} seeds; predicted {fmt(pred['delta'])}, "
                   f"no-drift band ± {pred['no_drift_half_band']:.3f}){first}")
-        status = p["status"] + ("; the mean is on the side the claim does not predict" if p["mean"] < 0 else "")
+        status = p["status"]  # the notebook's declared rule: two-sided (reproduced above 0, contradicted below)
+        if p["mean"] < 0 and status.startswith("not decided"):  # more seeds at this mean would contradict the claim
+            status = status.replace(" would decide it", " would decide it, as contradicted,")
+            status += "; the mean is on the side the claim does not predict (notebook 14's two-sided rule)"
         return dict(claim=claim, where=where, number=number, status=status,
                     short=f"{fmt(p['mean'], d=2)} ± {p['ci95']:.2f} nats ({p['n']} seeds, iterated drift)",
                     short_status=status, row=None)
