@@ -4,7 +4,7 @@
 #                  readers' questions, signed rewards), 10 (the gradient-level test), 11 (severity slope),
 #                  13 (confirmatory), 14 (length drift); hours; resumable, a bar over runs
 # make test        set up .venv, run the tests: unit tests, nbval on notebooks 01 and 12 (outputs compared),
-#                  the pair-sync check, papermill smoke runs of every notebook with the CI parameters; in
+#                  the pair-sync check, papermill smoke runs of every other notebook with the CI parameters; in
 #                  TEST_WORKERS (2) processes of one thread each; make test TEST_WORKERS=0 runs them in one
 # make lab         set up .venv, start JupyterLab at the repository root (pairing on; kernel python3 = .venv;
 #                  autosave off); other options through LAB_ARGS: make lab LAB_ARGS="--port 8890 --no-browser"

@@ -254,8 +254,12 @@ print(f"saved {figures_dir}/06_regime_map.{{png,json}} and {figures_dir}/06_drif
 #
 # Measured by `make reproduce-full` from a fresh clone on 2 cores of an Intel Xeon with AVX-512 and AMX (96
 # runs, 95 CPU-thread minutes, 48 min 27 s). Every run's final reward is the same, to the last digit, as in the
-# previous run of this notebook on an AMD EPYC with AVX2 only: these torch-sampler runs did not depend on the
-# CPU. 3 paired seeds per cell, and the 54 cells of the two maps are one family: **no cell holds after Holm's
+# previous run of this notebook on an AMD EPYC with AVX2 only: those two runs did not differ by CPU. That does
+# not hold in general: notebook 11's replicate on an AVX2-only CPU (commit a7d47b5, `figures/other_cpu/`) ended
+# its runs of the same configurations and seeds (the FP8 + σ rungs' seeds 0-2, which are these runs) at other
+# rewards; whether the code between the two commits, the thread count or the CPU set that apart was not
+# established, so the project treats runs on another CPU model as replicates (README, "Which numbers hold
+# where"). 3 paired seeds per cell, and the 54 cells of the two maps are one family: **no cell holds after Holm's
 # correction** (smallest Holm-adjusted p 0.45). Six cells exclude 0 at the uncorrected 95% level, about the 2.7
 # that 54 tests give by chance at that level; they are framed in the map, and they are leads, not findings:
 #

@@ -1177,7 +1177,8 @@ def ladder_table() -> str:
 # The forest plot, and the deck's older rows
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 def forest_plot(rs: list, path: Path = None, fontsize: float = 6.5, width: float = 10,
-                title: str = "Every paired contrast: 95% t intervals over seeds (filled: decided in its family)"):
+                title: str = "Paired contrasts in final clean reward, the earlier runs (notebook 13's: the claims table)\n"
+                             "95% t intervals over seeds (filled: decided in its family)"):
     """One row per contrast of `rs`: the 95% interval thick, the point filled where the row's status is decided in
     its family (tested_rows()), dashed lines at ±M, the row's KL(q‖p) at the right. Rows of the deck's older
     `with_tests` (which carry ci_holm, the page-wide Holm level) get that interval thin and are filled where their

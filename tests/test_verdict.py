@@ -338,9 +338,11 @@ def test_what_this_does_not_show_names_the_setting_that_ran():
     section = page[page.index("## What this does not show"):]
     p02 = json.loads((verdict.FIG / "02_fp8_arms.json").read_text())["parameters"]
     g = json.loads((verdict.FIG / "10_gradient_test.json").read_text())
+    p14 = json.loads((verdict.FIG / "14_length_drift_runs.json").read_text())["parameters"]
     for s in (f"{g['n_params'] / 1e6:.1f}M-parameter policy", f"{p02['max_new_tokens']}-token completions",
+              f"({p14['max_new_tokens']} in notebooks 08 and 14)",
               f"a {g['vocab_size']:,}-token vocabulary", f"{p02['steps']} SGD updates at lr {p02['lr']:g}",
-              f"at {p02['max_new_tokens']} tokens", f"With V = {g['vocab_size']:,} the top-{g['parameters']['k']} head"):
+              f"at {p02['max_new_tokens']}-{p14['max_new_tokens']} tokens", f"With V = {g['vocab_size']:,} the top-{g['parameters']['k']} head"):
         assert s in section, s
 
 
