@@ -16,7 +16,7 @@
 # bf16 with no weight noise (at step 0 it *is* the trainer: the checkpoint is stored in bf16).
 #
 # **Why a second design.** The first design of this notebook (SGD lr 0.5, a constant lag, seeds 0-2; its
-# figure and JSON are still the committed outputs below, summarised at the end) tested the claim inside an
+# figure and JSON are in commit 186722e, and the last paragraph below sums it up) tested the claim inside an
 # unstable optimizer: with a one-step lag the trainer's entropy swung between about 0.24 and 6.1 nats from one
 # step to the next, and a run's mean KL(q‖p) (0.3-2.6 nats per token) was set by a few collapse steps. This
 # design keeps the question and changes three things: **lr 0.25**, where one SGD step moves the policy by about
@@ -27,7 +27,7 @@
 # pre-registration** written before any run. KL(q‖p) is reported as the median over a run's steps beside the
 # mean, so a few collapse steps cannot set it.
 #
-# **Run time**: not yet measured; estimated before any run at about 1.9-3.2 hours on 2 CPU cores (full size, 210 runs after amendment 1; docs/development.md has the estimate), no GPU; CI runs it in under a minute with notebooks/ci_parameters.yaml.
+# **Run time**: about 4 hours on 2 CPU cores for its 210 runs, about 15 s from the run records committed in `results/07_staleness/` (docs/development.md), no GPU; CI runs it in under a minute with notebooks/ci_parameters.yaml.
 # Resumable (one folder per run configuration), a bar counts the runs; the defaults write `runs/figures/07_staleness.{png,json}`, `make reproduce-full` writes `figures/`.
 
 # %% [markdown]
@@ -367,6 +367,28 @@ for sched in schedules:
                   f"entropy {row['entropy_p5_p95'][0]:.2f}-{row['entropy_p5_p95'][1]:.2f} nats")
 
 
+# Stability (descriptive, added after the run, not pre-registered): per schedule and lag, over every arm's runs, and
+# for the s = 0 reference: the largest step-to-step change of the trainer's entropy within a run, how far above its
+# step-0 value the entropy rose, and the ratio of a run's mean KL(q‖p) over its steps to its median
+def stability_of(keys: list) -> dict:
+    H = [np.array([r["entropy_p"] for r in results[k]]) for k in keys]
+    jump, rise = [float(np.abs(np.diff(h)).max()) for h in H], [float(h.max() - h[0]) for h in H]
+    ratio = [kl_mean[k] / max(kl_med[k], 1e-12) for k in keys]
+    return dict(runs=len(keys), entropy_jump_median=float(np.median(jump)), entropy_jump_max=max(jump),
+                entropy_rise_max=max(rise), runs_rising_over_half_a_nat=sum(r > 0.5 for r in rise),
+                kl_mean_over_median=float(np.median(ratio)), runs_mean_within_2x_median=sum(r <= 2 for r in ratio))
+
+
+stability = {f"{sched} / s={s}": stability_of([(a, sched, s, sd) for a in arms for sd in seeds])
+             for sched in schedules for s in staleness}
+stability["reference (s = 0)"] = stability_of([("reference", "none", 0, sd) for sd in seeds])
+print("\nstability (descriptive): largest step-to-step entropy change in a run (median, max over runs), the largest "
+      "rise above step 0, runs rising > 0.5 nats; a run's mean KL / its median (median over runs), runs within 2×")
+for name, st in stability.items():
+    print(f"  {name:18s} {st['entropy_jump_median']:.2f}, {st['entropy_jump_max']:.2f} nats   rise ≤ "
+          f"{st['entropy_rise_max']:.2f} nats, {st['runs_rising_over_half_a_nat']}/{st['runs']} runs > 0.5   "
+          f"KL mean/median {st['kl_mean_over_median']:.1f}, {st['runs_mean_within_2x_median']}/{st['runs']} within 2×")
+
 
 def dodge(j: int, n: int) -> np.ndarray:
     """The lags, shifted for the j-th of n arms: arms side by side on the log2 axis."""
@@ -395,7 +417,15 @@ for row, sched in enumerate(schedules):
         ax1.errorbar(dodge(j, len(PAIRS)), m, yerr=h, color=ARM_COLORS[a], marker="o", capsize=3, label=f"{a} − {b}")
     ax1.axhline(0, color="gray", lw=1)
     ax1.axhline(-margin, color="gray", lw=1, ls=":", label=f"−{margin} margin")
-    ax2.set_yscale("symlog", linthresh=1e-4)  # log above 1e-4 nats, linear below (a KL near 0 stays on the axis)
+    kls = [v for k, row in ladder.items() if k.startswith(sched) for v in (row["kl_median"], row["kl_mean"])]
+    if min(kls) > 0:  # log axis, labelled at every decade it spans
+        ax2.set_yscale("log")
+        ax2.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, numticks=12))
+        ax2.yaxis.set_minor_locator(matplotlib.ticker.LogLocator(base=10, subs=(2, 5), numticks=12))
+        ax2.yaxis.set_minor_formatter(matplotlib.ticker.LogFormatterSciNotation(base=10, labelOnlyBase=False,
+                                                                                minor_thresholds=(2, 0.5)))
+    else:  # a KL of 0 (a sampler that is the trainer): log above 1e-4 nats, linear below, so it stays on the axis
+        ax2.set_yscale("symlog", linthresh=1e-4)
     titles = ("AUC of the clean eval curve (dots: seeds; line: mean)", "paired difference on the AUC, mean ± 95%",
               "KL(q‖p) per token: median (solid), mean (dashed) over steps")
     for ax, yl in zip((ax0, ax1, ax2), titles):
@@ -428,24 +458,54 @@ runs["reference"] = dict(auc=ref.tolist(), final=per_seed(final, "reference", "n
 minutes = sum(r["seconds"] for recs in results.values() for r in recs) / 60
 (fig_dir / "07_staleness.json").write_text(json.dumps(
     {"parameters": params, "power": power, "families": families, "described": described, "kl_ladder": ladder,
-     "runs": runs, "cpu_thread_minutes": minutes}, indent=1))
+     "stability": stability, "runs": runs, "cpu_thread_minutes": minutes}, indent=1))
 print(f"saved {figures_dir}/07_staleness.png and {figures_dir}/07_staleness.json")
 
 # %% [markdown]
 # ## What the measurement shows
 #
-# **This design has not run yet.** The outputs above, when this notebook is opened from the repository, are the
-# first design's (lr 0.5, a constant lag, seeds 0-2, 63 runs, 43 min 45 s on 2 CPU cores), kept until this design
-# runs; `figures/07_staleness.{png,json}` are that run's too. What they showed, final clean reward, mean ± 95%
-# over 3 paired seeds:
+# Read from `figures/07_staleness.json` under the pre-registration above (written after the run; the statuses are
+# the printed tables'). 10 paired seeds (1100-1109), 210 runs, all on one CPU kind (an AMD EPYC with AVX-512), so
+# no heterogeneity test applies.
 #
-# * Staleness at lr 0.5 was a far larger mismatch than FP8: a sampler s steps behind was 0.1 to 2.6 nats of
-#   KL(q‖p) per token away (run means, set by a few collapse steps), against 0.015 for notebook 02's FP8 + σ 0.1.
-# * Uncorrected stale training ended at 0.09-0.24, below the s = 0 reference (0.398 ± 0.468) and below every
-#   corrected arm's mean at every s.
-# * SC + IS against IS was not told apart: SC+TIS − TIS −0.14 ± 0.33, −0.22 ± 0.25, +0.00 ± 0.50, +0.03 ± 0.03
-#   (s = 1, 2, 4, 8); SC+MIS − MIS +0.19 ± 0.29, −0.23 ± 0.55, −0.06 ± 0.66, +0.09 ± 0.09.
-# * The SC + IS arms trained under 1.6 to 5.7 times the KL of the IS arms: TIS and MIS shrink the update where
-#   the ratio is far from 1, centering does not, so with a stale sampler the policy moved away from it faster.
+# * **P1-P4: centering costs IS nothing under staleness, and adds nothing detectable.** SC + IS − IS on the AUC is
+#   −0.011 ± 0.026 under the paper's refresh schedule and −0.012 ± 0.017 under the constant lag: *non-inferior at
+#   −0.05* under both (P2 Holm p 0.012, P4 Holm p 0.001), while P1 and P3 are *not decided*, their means on the
+#   wrong side of 0, so no number of seeds at these estimates would decide them. That is what the pre-registration
+#   expected (within ±0.03 of 0, non-inferior). **The paper's claim that SC + IS beats IS under staleness is not
+#   reproduced here.** On the final clean reward (the secondary family) nothing is decided: −0.014 ± 0.046 and
+#   −0.008 ± 0.038 (non-inferiority Holm p 0.160 and 0.066; 32 and 18 seeds would decide them).
+# * **Staleness costs plain, under both schedules**: plain − reference −0.071 ± 0.030 (refresh) and −0.110 ± 0.026
+#   (constant lag) on the AUC, 10 of 10 seeds each, *reproduced*. As expected in sign and order (smaller under
+#   refresh, whose mean lag is half the constant one's); the constant lag's cost is at the edge of the −0.02 to
+#   −0.10 written beforehand. Every IS arm, with or without centering, stays near the reference (the figure's left
+#   panels).
+# * **Exploratory, per cell (Holm over 8): at s = 4, adding centering to MIS costs a little.** SC+MIS − MIS is
+#   *contradicted* at s = 4 under both schedules: −0.046 ± 0.024 (refresh) and −0.026 ± 0.022 (constant lag),
+#   1 of 10 seeds above 0 in each. No other cell is decided. No claim rests on one cell, but it is where the data
+#   lean, and they lean against the claim.
+# * **Why, as we read it (an explanation, not a tested hypothesis): the SC + IS arms train further from their
+#   sampler.** At s = 4 their median KL(q‖p) per token is about 2-4× the IS arms' (refresh: 4.7e-02 and 7.6e-02
+#   for SC+TIS and SC+MIS against 2.2e-02 and 2.5e-02; constant lag: 1.0e-01 and 1.3e-01 against 3.2e-02 and
+#   5.8e-02). TIS and MIS shrink the update where the ratio is far from 1; the centering term is not shrunk, so the
+#   policy moves away from a stale sampler faster, and MIS masks more of the next batch. The first design saw the
+#   same ordering of KLs inside an unstable optimizer; here it holds at a stable one.
+# * **Stability (descriptive, computed after the run, not pre-registered).** No run swung as the first design's
+#   did (with a one-step lag its trainer's entropy went between about 0.24 and 6.1 nats from step to step): the
+#   largest step-to-step change of the trainer's entropy within a run was 0.86-1.13 nats (the median over the runs
+#   of each schedule and lag) against 0.83 in the s = 0 reference, and 8 of the 200 stale runs ever rose more than
+#   half a nat above their starting entropy. The pre-registered check, each run's mean KL within 2× its median,
+#   turned out to be a poor one: it holds in 37 of 50 runs at s = 4 under the constant lag and 28 of 50 under
+#   refresh, in 20 of 50 at s = 1 under the constant lag, in none at s = 1 under refresh (there every other step
+#   has lag 0 and a KL of round-off, so the median sits near 0 by construction), and in 1 of 10 reference runs
+#   (KL round-off only).
 #
-# Those runs oscillated, which is why this design exists; its results replace this section when it has run.
+# **What it means.** With the optimizer stable and 10 fresh seeds, staleness costs uncorrected training 0.07-0.11
+# of AUC and importance sampling alone recovers it. Centering added to IS is non-inferior to IS within the ±0.05
+# margin, averaged over the lags and IS kinds, under either schedule; it is not better, and at a lag of 4 it is a
+# little worse than MIS alone (exploratory). The paper's staleness claim is about asynchronous runs of real models
+# with group-centred advantages; this is a bf16 sampler a few SGD steps behind a 3.7M-parameter policy with raw
+# rewards.
+#
+# The first design (lr 0.5, a constant lag, seeds 0-2, 63 runs; its figure and JSON are in commit 186722e) could
+# not tell SC + IS from IS either, with 3 seeds and an optimizer whose runs oscillated.

@@ -13,6 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
+from scrl_min import mean_ci95, p_text
+
 REPO = Path(__file__).resolve().parent.parent
 FIG = REPO / "figures"
 PAGE = REPO / "docs" / "results.md"
@@ -48,6 +50,8 @@ def table_02() -> str:
 
 def table_07() -> str:
     d = json.loads((FIG / "07_staleness.json").read_text())
+    if "runs" in d:  # the redesign (lr 0.25, two schedules, pre-registered families)
+        return table_07_redesign(d)
     p, final, paired = d["parameters"], d["final"], d["paired"]
     st = p["staleness"]
     lines = [f"Notebook 07 (`make reproduce-full`; `figures/07_staleness.json`): staleness alone ({p['sampler_precision']} "
@@ -62,6 +66,42 @@ def table_07() -> str:
         cells = (row[f"s={s}"] for s in st)
         lines.append(f"| {name} (paired) | " + " | ".join(pm(c["mean"], c["ci95"], signed=True) for c in cells) + " |")
     return "\n".join(lines)
+
+
+def table_07_redesign(d: dict) -> str:
+    """Notebook 07's redesign: per schedule, lag and arm the AUC (primary) and final clean reward, mean ± 95% over
+    seeds, and KL(q‖p) per token (each run's median and mean over its steps, averaged over seeds); then its
+    pre-registered families as the notebook tested them (one-sided or non-inferiority p, Holm within the family)."""
+    p, runs, ladder = d["parameters"], d["runs"], d["kl_ladder"]
+    n = len(p["seeds"])
+    ref = runs["reference"]
+    lines = [f"Notebook 07 (`make reproduce-full`; `figures/07_staleness.json`): staleness alone ({p['sampler_precision']} "
+             f"sampler, no noise), lr {p['lr']:g}, {p['advantage_mode']} advantages, {p['steps']} steps, {n} paired "
+             f"seeds ({p['seeds'][0]}-{p['seeds'][-1]}); AUC of the clean-eval curve (primary) and final clean reward "
+             f"(mean of the last {p['final_evals']} clean evaluations), mean ± 95% over seeds. The s = 0 reference: "
+             f"AUC {pm(*mean_ci(ref['auc']))}, final {pm(*mean_ci(ref['final']))}.", "",
+             "| schedule | s | arm | AUC | final clean reward | KL(q‖p) per token, median / mean over steps |",
+             "|---|---|---|---|---|---|"]
+    for sched in p["schedules"]:
+        for s in p["staleness"]:
+            for arm in p["arms"]:
+                r, kl = runs[f"{sched} / s={s} / {arm}"], ladder[f"{sched} / s={s} / {arm}"]
+                lines.append(f"| {sched} | {s} | {arm} | {pm(*mean_ci(r['auc']))} | {pm(*mean_ci(r['final']))} | "
+                             f"{kl['kl_median']:.1e} / {kl['kl_mean']:.1e} |")
+    lines += ["", "| family (Holm within it) | contrast | test | mean ± 95% | p | Holm p | seeds in the claim's direction "
+              "| status |", "|---|---|---|---|---|---|---|---|"]
+    tests = {"greater": "one-sided (> 0)", "less": "one-sided (< 0)", "noninferior": f"non-inferiority at −{p['margin']}"}
+    for fam, rows in d["families"].items():
+        for r in rows:
+            lines.append(f"| {fam} | {r['name']} | {tests[r['test']]} | {pm(r['mean'], r['ci95'], signed=True)} | "
+                         f"{p_text(r['p'])} | {p_text(r['p_holm'])} | {r['wins']}/{r['n']} | {r['status']} |")
+    return "\n".join(lines)
+
+
+def mean_ci(values: list) -> tuple:
+    """(mean, 95% t half-width) over seeds."""
+    m, h = mean_ci95(values)
+    return float(m), float(h)
 
 
 def table_06() -> str:

@@ -99,6 +99,8 @@ def claim_table(chosen):
         if c in grad:
             name = (f"SC's gradient beats IS, TIS, MIS; its edge grows ({len(grad)} claims)" if one
                     else re.sub(r" \([^)]*\)", "", name))
+        elif c["where"].startswith("07") and "; " in name:  # notebook 07's redesign: one row per schedule
+            name = name.split(" (")[0] + (", refreshed every s + 1 steps" if "refreshed" in name else ", a constant lag")
         elif "against log10 KL" in name:
             name = "SC's edge grows with the mismatch: " + name.split("(")[1].split(" against")[0]
         else:
@@ -457,4 +459,5 @@ display(Markdown(stale_text + " Length (notebook 14): the drift "
 # - **Against a baseline**: notebook 13's group baseline, no correction, beats SC by far; SC's edge is over
 #   REINFORCE without one.
 #
-# `make reproduce-full` reruns the experiments (8-14 h on 2 cores, est.; resumable); `make slides` builds this deck.
+# `make reproduce-full` reruns the experiments (about 5 h on 2 cores from a clone, which holds notebooks 13's and 07's
+# run records; about 13 h training those again; resumable); `make slides` builds this deck.
