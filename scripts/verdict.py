@@ -701,7 +701,7 @@ def claims(rs: list | None = None, slopes: list | None = None, g=None, c13: list
         if earlier is not None:
             note += (f"; notebook 02's earlier run (final clean reward): {fmt(earlier['mean'], d=2)} ± "
                      f"{earlier['ci95']:.2f}, {earlier['status']}")
-        fresh = " fresh" if r["source"] == "13" else ""
+        fresh = " fresh" if r["source"] in ("13", "07") else ""  # both pre-registered on seeds no run had used
         out.append(dict(claim=claim, where=_where(r, f"{r['source']} · {r['setting'].rsplit(',', 1)[0]}").replace(
                             " seeds", f"{fresh} seeds"),
                         number=number_text(r, "AUC ") + note, status=status_text(r),
@@ -1089,7 +1089,7 @@ def readme_note(cs: list | None = None) -> str:
 
     if cost["source"] == "13":
         return _readme_note_13(cs, by, st) + f" Under FP8 alone, the ladder's no-mismatch reference gives plain − bf16 " \
-            f"{_pm(alone)}, {st(alone)}.{_readme_gradient(cs)}"
+            f"{_pm(alone)}, {st(alone)}.{_readme_gradient(cs)}{_readme_staleness(cs, st)}"
 
     def per(r):
         return " and ".join(f"{fmt(m, d=2)} ± {h:.2f}" for m, h in r["replicate_means"])
@@ -1137,6 +1137,18 @@ def _readme_note_13(cs: list, by: dict, st) -> str:
                  f"{e_cost['k']} CPU models): plain − bf16 {_pm(e_cost)}, {st(e_cost)}; SC − plain {_pm(e_rec)}, "
                  f"{st(e_rec)}.")
     return text
+
+
+def _readme_staleness(cs: list, st) -> str:
+    """The README note's sentence on notebook 07's redesign (P2 and P4 under each schedule; '' before it has run)."""
+    rows = {k: [c["row"] for c in cs if c["row"] is not None and c["row"].get("family") == "07 P"
+                and c["row"].get("kind") == k] for k in ("noninferior", "greater")}
+    if not rows["noninferior"]:
+        return ""
+    parts = [f"{r['setting'].split(' schedule')[0]} {_pm(r)}, {st(r)}" for r in rows["noninferior"]]
+    beats = "; ".join(f"{r['setting'].split(' schedule')[0]} {st(r)}" for r in rows["greater"])
+    return (f" Under staleness (notebook 07's pre-registered redesign, {rows['noninferior'][0]['n']} fresh seeds), "
+            f"SC + IS − IS on the AUC, per schedule: {'; '.join(parts)} at −{MARGIN:g}; that SC + IS beats IS: {beats}.")
 
 
 def _readme_gradient(cs: list) -> str:

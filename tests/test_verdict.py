@@ -487,3 +487,19 @@ def test_notebook_07s_redesign_decides_the_staleness_claims(tmp_path):
     (tmp_path / "07_staleness.json").write_text(json.dumps(dict(parameters=par, runs=runs, families=fams)))
     with pytest.raises(ValueError, match="Holm p"):
         verdict.staleness_rows(tmp_path)
+
+
+def test_readme_note_states_the_staleness_redesign_from_its_json():
+    """The README's note carries notebook 07's pre-registered non-inferiority rows (one per schedule) with the
+    notebook's own means, intervals and statuses, once its redesign's JSON is committed."""
+    d = json.loads((verdict.FIG / "07_staleness.json").read_text())
+    note = verdict.readme_note()
+    if "runs" not in d:  # the first design: no pre-registered family, no sentence
+        assert "Under staleness" not in note
+        return
+    sentence = note[note.index("Under staleness"):]
+    for r in d["families"]["primary (auc)"]:
+        if r["test"] == "noninferior":
+            sched = r["name"].split(":")[0]
+            status = "non-inferior" if r["status"].startswith("non-inferior") else r["status"].split(" (")[0]
+            assert f"{sched} {verdict.fmt(r['mean'], d=2)} ± {r['ci95']:.2f}, {status}" in sentence, (sched, sentence)
