@@ -22,13 +22,9 @@
 # first design's result, the second design (amendment 2: the parameters cell's third block and section 6, its own
 # pre-registration committed in e713cb0 before its runs, its runs and its figure).
 #
-# **Run time and hardware:** CPU only, no GPU. The prediction takes about 2 minutes on 2 CPU cores; each
-# 60-step run at the 96-token budget about 3.5 CPU-thread minutes (about 3.2 s per step and 2.6 s per clean
-# evaluation, timed before the first run), so the pilot (6 runs) and the paired runs (3 arms × n seeds, n ≥ 8
-# set by the pilot) take about an hour on 2 cores at 8 seeds, two runs at a time, and about 6 minutes more
-# per seed the pilot asks for beyond 8 (more on a loaded machine). Section 6's 24 iterated runs took 63 minutes
-# on one thread plus a second process for part of them (docs/development.md); they now run `workers` at a time
-# (`scrl_min.iterated_drift_runs`). Resumable: one folder per run configuration (section 6: one JSON per run), a
+# **Run time and hardware:** CPU only, no GPU: about 49 minutes on 2 CPU cores with `make reproduce-full` (the
+# prediction under a minute, the first design's pilot about 10, section 6's 24 iterated runs about 39, two at a
+# time; docs/development.md). Resumable: one folder per run configuration (section 6: one JSON per run), a
 # bar over runs. The defaults write
 # `runs/figures/14_length_drift.{png,json}`, `14_length_drift_runs.{png,json}` and
 # `14_length_drift_iterated.{png,json}`; `make reproduce-full` writes them to `figures/`.

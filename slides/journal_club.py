@@ -460,4 +460,4 @@ display(Markdown(stale_text + " Length (notebook 14): the drift "
 #   REINFORCE without one.
 #
 # `make reproduce-full` reruns the experiments (about 5 h on 2 cores from a clone, which holds notebooks 13's and 07's
-# run records; about 13 h training those again; resumable); `make slides` builds this deck.
+# run records; about 12-13 h training those again; resumable); `make slides` builds this deck.
