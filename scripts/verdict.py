@@ -795,9 +795,10 @@ def length_drift_claim(ld, iterated=None) -> dict:
         if p["mean"] < 0 and status.startswith("not decided"):  # more seeds at this mean would contradict the claim
             status = status.replace(" would decide it", " would decide it, as contradicted,")
             status += "; the mean is on the side the claim does not predict (notebook 14's two-sided rule)"
+        short_status = status.split("; the mean is on the side")[0].replace(", at the observed sd", "")  # the page has it
         return dict(claim=claim, where=where, number=number, status=status,
                     short=f"{fmt(p['mean'], d=2)} ± {p['ci95']:.2f} nats ({p['n']} seeds, iterated drift)",
-                    short_status=status, row=None)
+                    short_status=short_status, row=None)
     if not ld:
         return dict(claim=claim, where="14", number="–", status="untested here: notebook 14 has not run",
                     short="–", short_status="untested here", row=None)

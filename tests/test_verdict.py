@@ -368,12 +368,13 @@ def test_the_length_drift_claim_reads_notebook_14s_decision():
     assert both["status"] == both["short_status"] == "reproduced" and "8 seeds" in both["number"]
     assert "iterated" in both["where"] and "not decided: x" in both["number"]
     wrong_side = verdict.length_drift_claim(None, {**it, "primary": dict(mean=-0.2, ci95=0.5, n=8, status="not decided")})
-    assert wrong_side["short_status"] == ("not decided; the mean is on the side the claim does not predict "
-                                          "(notebook 14's two-sided rule)")
+    assert wrong_side["status"] == ("not decided; the mean is on the side the claim does not predict "
+                                    "(notebook 14's two-sided rule)") and wrong_side["short_status"] == "not decided"
     # a seed count for a mean on the wrong side is a count that would contradict the claim, and says so
     counted = verdict.length_drift_claim(None, {**it, "primary": dict(
         mean=-0.2, ci95=0.5, n=8, status="not decided (66 seeds would decide it at the observed sd)")})
     assert "66 seeds would decide it, as contradicted," in counted["status"]
+    assert counted["short_status"] == "not decided (66 seeds would decide it, as contradicted)"
     page = verdict.claims_table(verdict.claims())
     assert "drifts the completion length" in page
 
