@@ -485,7 +485,7 @@ print(f"saved {figures_dir}/07_staleness.png and {figures_dir}/07_staleness.json
 #   1 of 10 seeds above 0 in each. No other cell is decided. No claim rests on one cell, but it is where the data
 #   lean, and they lean against the claim.
 # * **Why, as we read it (an explanation, not a tested hypothesis): the SC + IS arms train further from their
-#   sampler.** At s = 4 their median KL(q‖p) per token is about 2-4× the IS arms' (refresh: 4.7e-02 and 7.6e-02
+#   sampler.** At s = 4 their median KL(q‖p) per token is about 2-3× the IS arms' (refresh: 4.7e-02 and 7.6e-02
 #   for SC+TIS and SC+MIS against 2.2e-02 and 2.5e-02; constant lag: 1.0e-01 and 1.3e-01 against 3.2e-02 and
 #   5.8e-02). TIS and MIS shrink the update where the ratio is far from 1; the centering term is not shrunk, so the
 #   policy moves away from a stale sampler faster, and MIS masks more of the next batch. The first design saw the
