@@ -79,14 +79,14 @@ def table_07_redesign(d: dict) -> str:
              f"sampler, no noise), lr {p['lr']:g}, {p['advantage_mode']} advantages, {p['steps']} steps, {n} paired "
              f"seeds ({p['seeds'][0]}-{p['seeds'][-1]}); AUC of the clean-eval curve (primary) and final clean reward "
              f"(mean of the last {p['final_evals']} clean evaluations), mean ± 95% over seeds. The s = 0 reference: "
-             f"AUC {pm(*mean_ci(ref['auc']))}, final {pm(*mean_ci(ref['final']))}.", "",
+             f"AUC {pm(*mean_ci95(ref['auc']))}, final {pm(*mean_ci95(ref['final']))}.", "",
              "| schedule | s | arm | AUC | final clean reward | KL(q‖p) per token, median / mean over steps |",
              "|---|---|---|---|---|---|"]
     for sched in p["schedules"]:
         for s in p["staleness"]:
             for arm in p["arms"]:
                 r, kl = runs[f"{sched} / s={s} / {arm}"], ladder[f"{sched} / s={s} / {arm}"]
-                lines.append(f"| {sched} | {s} | {arm} | {pm(*mean_ci(r['auc']))} | {pm(*mean_ci(r['final']))} | "
+                lines.append(f"| {sched} | {s} | {arm} | {pm(*mean_ci95(r['auc']))} | {pm(*mean_ci95(r['final']))} | "
                              f"{kl['kl_median']:.1e} / {kl['kl_mean']:.1e} |")
     lines += ["", "| family (Holm within it) | contrast | test | mean ± 95% | p | Holm p | seeds in the claim's direction "
               "| status |", "|---|---|---|---|---|---|---|---|"]
@@ -96,12 +96,6 @@ def table_07_redesign(d: dict) -> str:
             lines.append(f"| {fam} | {r['name']} | {tests[r['test']]} | {pm(r['mean'], r['ci95'], signed=True)} | "
                          f"{p_text(r['p'])} | {p_text(r['p_holm'])} | {r['wins']}/{r['n']} | {r['status']} |")
     return "\n".join(lines)
-
-
-def mean_ci(values: list) -> tuple:
-    """(mean, 95% t half-width) over seeds."""
-    m, h = mean_ci95(values)
-    return float(m), float(h)
 
 
 def table_06() -> str:

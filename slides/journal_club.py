@@ -95,12 +95,12 @@ def claim_table(chosen):
     for c in chosen:
         if c in grad[1:] and one:
             continue
-        if c["where"].startswith("07") and "; " in c["claim"]:  # 07's redesign: one row per schedule, both tests
-            if not c["claim"].startswith("Centering helps"):
-                continue  # its non-inferiority row, folded into the row above
-            key = "refreshed" if "refreshed" in c["claim"] else "constant"
-            sched = "refreshed every s + 1 steps" if key == "refreshed" else "a constant lag"
-            nonin = next(x for x in chosen if x["claim"].startswith("… and costs IS nothing") and key in x["claim"])
+        if c["row"] is not None and c["row"].get("family") == "07 P":  # 07's redesign: one row per schedule, both tests
+            if c["row"]["kind"] != "greater":
+                continue  # its non-inferiority row, folded into its schedule's row
+            nonin = next(x for x in chosen if x["row"] is not None and x["row"].get("family") == "07 P"
+                         and x["row"]["kind"] == "noninferior" and x["row"]["setting"] == c["row"]["setting"])
+            sched = "refreshed every s + 1 steps" if c["row"]["setting"].startswith("refresh") else "a constant lag"
             lines.append(f"| SC + IS vs IS under staleness, {sched} | 07 | {c['short'].replace(' AUC (', '<br>(AUC, ')} "
                          f"| beats IS: {c['short_status']}<br>no worse than IS − 0.05: {nonin['short_status']} |")
             continue
