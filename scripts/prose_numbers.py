@@ -20,6 +20,9 @@ holds hundreds of numbers, many coincidental matches), then the one whose key pa
 80 characters before the number, then the shortest path; values inside long numeric lists (curves over steps) are
 not used: a verdict value is bound only where the notebook's own JSON holds none (a pooled number quoting the
 verdict while its own JSON holds the same digits by chance is one for a hand audit).
+A rerun that moves a number keeps the sentence: `--update` then rebinds the new digits to the path their old entry
+had (same key path, the context equal with every number masked) when that path's new value rounds to them, and
+marks an `unbound` entry whose number changed for a hand rewrite (its old reason kept), instead of guessing again.
 What this does not prove: that a first binding picked the value the sentence means (it is a best guess by context;
 a wrong number written by hand can bind to a coincidental value). Its guarantee is the other way round: once bound,
 a number cannot silently outlive a rerun that moves its value, and a number with no source must say why.
@@ -195,9 +198,36 @@ def check(lock: dict) -> list:
     return problems
 
 
+def masked(s: str) -> str:
+    """`s` with every number (digits, separators, sign) as '#': a context that survives a rerun's new digits."""
+    return re.sub(r"[+\-−]?\d+(?:[.,]\d+)*(?:e[+\-−]?\d+)?%?", "#", s)
+
+
+def same_sentence(entry: dict, before: str) -> bool:
+    """Whether an old entry's 40-character context is `before`'s (80 characters) with only numbers changed: equal
+    once masked, from the first whole word of the old context on (its first word may be cut)."""
+    tail = masked(entry.get("before", ""))
+    tail = tail[tail.find(" ") + 1:] if " " in tail else tail
+    return bool(tail.strip()) and masked(before).endswith(tail)
+
+
+def carried_over(entry: dict, number, srcs: dict, outs: dict):
+    """The new entry for `number` from an old `entry` of the same sentence whose number changed, or None: a JSON
+    binding keeps its path when that path's value rounds to the new text; an `unbound` one is marked for a hand
+    rewrite with its old reason."""
+    text, before = number[0], number[4]
+    if "unbound" in entry:
+        reason = entry["unbound"].removeprefix("TODO: rewrite for the new value; was: ")
+        return dict(text=text, before=before[-40:], unbound=f"TODO: rewrite for the new value; was: {reason}")
+    moved = {k: v for k, v in entry.items() if k in ("json", "path", "output_of_cell")}
+    candidate = dict(text=text, before=before[-40:], **moved)
+    return candidate if binding_problem(candidate, number, srcs, outs) is None else None
+
+
 def update(lock: dict) -> dict:
     """Keep bindings that still hold (same text and context, `binding_problem` None; an `unbound` one only with its
-    reason written), bind the others; mark the unbindable."""
+    reason written); carry a binding over to the same sentence's new digits (`carried_over`); bind the others by
+    context; mark the unbindable."""
     new = {}
     for stem, nb in notebooks():
         old, srcs, entries, outs = list(lock.get(stem) or []), sources(stem), [], output_texts(nb)
@@ -208,6 +238,13 @@ def update(lock: dict) -> dict:
                 old.remove(keep)
                 if binding_problem(keep, number, srcs, outs) is None and "TODO" not in keep.get("unbound", ""):
                     entries.append(keep)
+                    continue
+            else:
+                same = next((e for e in old if same_sentence(e, before)), None)
+                carried = None if same is None else carried_over(same, number, srcs, outs)
+                if carried is not None:
+                    old.remove(same)
+                    entries.append(carried)
                     continue
             found, cell = bind(number, srcs), None
             if found is None:

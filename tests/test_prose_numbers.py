@@ -97,3 +97,38 @@ def test_the_check_fails_when_the_json_moves_under_the_prose(monkeypatch):
             o["text"] = o["text"].replace(e["text"].lstrip("+−-"), "?")
     monkeypatch.setattr(pn, "notebooks", lambda: [(s, nb if s == stem else n) for s, n in nbs.items()])
     assert any("no longer shows it" in p for p in pn.check(LOCK))
+
+
+def test_update_carries_a_binding_over_when_a_rerun_changes_only_the_digits(monkeypatch):
+    """A rerun rewrites a sentence's digits: --update keeps each number's old path when its new value rounds to the
+    new text, although another key (whose path shares more words with the sentence) holds the same digits by
+    chance; a hand-written `unbound` reason whose number changed is marked for a rewrite, not kept silently."""
+    import nbformat
+
+    def notebook(prose):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("## What we saw\n\n" + prose)])
+        nb.metadata["scrl_min_run"] = {}
+        return nb
+
+    before = "The reference ends at 0.484 ± 0.182 and plain at 0.057, 8.5 times less."
+    after = "The reference ends at 0.364 ± 0.304 and plain at 0.020, 18.2 times less."
+    data = {"final": {"bf16": {"eval_reward": {"mean": 0.484, "ci95": 0.182}}, "plain": {"eval_reward": {"mean": 0.057}}},
+            "reference": {"ends": {"mean": 0.9}}}
+    srcs = {"figures/99_x.json": data}
+    monkeypatch.setattr(pn, "sources", lambda stem: srcs)
+    monkeypatch.setattr(pn, "notebooks", lambda: [("99_x", notebook(before))])
+    lock = pn.update({})
+    lock["99_x"][-1]["unbound"] = "derived: 0.484 / 0.057"
+    assert [e.get("path") for e in lock["99_x"]][:3] == [["final", "bf16", "eval_reward", "mean"],
+                                                         ["final", "bf16", "eval_reward", "ci95"],
+                                                         ["final", "plain", "eval_reward", "mean"]]
+    # the rerun: new values, and a coincidental 0.364 under a key that shares more words with the sentence
+    data["final"]["bf16"]["eval_reward"].update(mean=0.3641, ci95=0.3040)
+    data["final"]["plain"]["eval_reward"]["mean"] = 0.0205
+    data["reference"]["ends"]["mean"] = 0.364
+    monkeypatch.setattr(pn, "notebooks", lambda: [("99_x", notebook(after))])
+    new = pn.update(lock)["99_x"]
+    assert [e["text"] for e in new] == ["0.364", "0.304", "0.020", "18.2"]
+    assert [e.get("path") for e in new[:3]] == [e["path"] for e in lock["99_x"][:3]]
+    assert new[3]["unbound"] == "TODO: rewrite for the new value; was: derived: 0.484 / 0.057"
+    assert pn.check({"99_x": new}) == []
