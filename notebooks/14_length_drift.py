@@ -22,9 +22,9 @@
 # first design's result, the second design (amendment 2: the parameters cell's third block and section 6, its own
 # pre-registration committed in e713cb0 before its runs, its runs and its figure).
 #
-# **Run time and hardware:** CPU only, no GPU: about 49 minutes on 2 CPU cores with `make reproduce-full` (the
-# prediction under a minute, the first design's pilot about 10, section 6's 24 iterated runs about 39, two at a
-# time; docs/development.md). Resumable: one folder per run configuration (section 6: one JSON per run), a
+# **Run time and hardware:** CPU only, no GPU: about 40 minutes on 2 CPU cores with `make reproduce-full` (the
+# prediction under a minute, section 6's 24 iterated runs about 39, two at a time; the first design's pilot is
+# read back from its committed run records, section 3; training it again adds about 10; docs/development.md). Resumable: one folder per run configuration (section 6: one JSON per run), a
 # bar over runs. The defaults write
 # `runs/figures/14_length_drift.{png,json}`, `14_length_drift_runs.{png,json}` and
 # `14_length_drift_iterated.{png,json}`; `make reproduce-full` writes them to `figures/`.
@@ -84,6 +84,8 @@ eval_prompts = 64  # held-out prompts in each clean evaluation, one completion e
 smooth = 5  # moving-average window of the training completion-length curves, steps
 workers = 2  # runs in parallel, one CPU thread each
 runs_dir = "runs/14_length_drift"  # one folder per run configuration (its checkpoint.pt holds the final policy)
+# --- added 2026-12-05, after every run: where the first design's pilot is read from (nothing else changes)
+pilot_runs_dir = "runs/14_length_drift"  # the pilot's run folders; `make reproduce-full` reads its committed records
 # --- the second design (section 6, amendment 2), declared before its runs
 iter_arms = ["plain", "sc", "bf16"]  # the iterated drift's arms (the first design's three)
 iter_first_seed = 1460  # its seeds: iter_first_seed, ... (fresh: no notebook, test, parameters file or run names them)
@@ -254,6 +256,14 @@ print(f"wrote {figures_dir}/14_length_drift.{{png,json}};  run time (after impor
 # **The pilot**: plain and SC at `pilot_seeds`, seeds the paired runs never use. Its sd of the paired
 # difference plain − SC sets the seed count n = ((z_0.975 + z_0.9) sd / Δ)², with Δ the predicted
 # `steps`-step effect plain − SC of section 2, rounded up and at least `min_seeds`.
+#
+# *Added 2026-12-05, after every run:* **the pilot's record.** The pilot's outcome fixed what follows (the
+# amendment of section 4 was written after it), and on another CPU model the same seeds sample other tokens
+# and give another sd. So `make reproduce-full` reads the pilot from its committed run records,
+# `results/14_length_pilot/` (`pilot_runs_dir`: each run's config.json and metrics.jsonl, and its primary
+# metric as primary_metric.json, measured from its checkpoint when it ran; the checkpoints stay local). The
+# defaults train it under `runs/`; pointing `pilot_runs_dir` at an empty folder trains it again (about 10
+# minutes on 2 cores).
 
 # %%
 import math
@@ -274,21 +284,25 @@ run_root = REPO_ROOT / runs_dir
 t_runs = time.perf_counter()
 
 
-def run_config(arm: str, seed: int) -> TrainConfig:
-    """The design's run of one arm and seed, in a folder of its own (`with_run_dir`: resumable)."""
+def run_config(arm: str, seed: int, root: Path = run_root) -> TrainConfig:
+    """The design's run of one arm and seed, in a folder of its own under `root` (`with_run_dir`: resumable)."""
     sampler = {} if arm == "bf16" else dict(sampler_precision=sampler_format, noise_std=sampler_noise)
     cfg = arm_config(arm, model=model_path, seed=seed, steps=steps, lr=lr, advantage_mode="raw",
                      constant_reward=mean_advantage, names_target=names_target, max_new_tokens=max_new_tokens,
                      prompts_per_step=prompts_per_step, group_size=group_size, k=k, eval_every=eval_every,
                      eval_prompts=eval_prompts, **sampler)
-    return with_run_dir(cfg, run_root, f"{arm}-s{seed}")
+    return with_run_dir(cfg, root, f"{arm}-s{seed}")
 
 
 def primary_metric(cfg: TrainConfig) -> dict:
     """A finished run's change from step 0 to its last step in the trainer's mean log p(EOS) over section 2's
-    held-out prefixes (nats), and in their hazard-implied length (tokens): its final policy from checkpoint.pt."""
-    ckpt = Path(cfg.out_dir) / "checkpoint.pt"
+    held-out prefixes (nats), and in their hazard-implied length (tokens): its final policy from checkpoint.pt,
+    saved beside it as primary_metric.json. A folder without the checkpoint (a committed record: the pilot's in
+    results/14_length_pilot/) gives the metric it saved when its checkpoint was there."""
+    ckpt, saved = Path(cfg.out_dir) / "checkpoint.pt", Path(cfg.out_dir) / "primary_metric.json"
     if not ckpt.exists():
+        if saved.exists():
+            return {key: json.loads(saved.read_text())[key] for key in ("d_logp_eos", "d_hazard_len")}
         raise FileNotFoundError(f"{ckpt}: the primary metric needs the run's final policy (run it again)")
     state = torch.load(ckpt, weights_only=False)
     if state["step"] != cfg.steps:
@@ -296,7 +310,9 @@ def primary_metric(cfg: TrainConfig) -> dict:
     final = copy.deepcopy(policy)
     final.load_state_dict(state["policy"])
     lp, length = eos_stats(final)
-    return dict(d_logp_eos=float(lp.mean() - base_lp.mean()), d_hazard_len=float((length - base_len).mean()))
+    out = dict(d_logp_eos=float(lp.mean() - base_lp.mean()), d_hazard_len=float((length - base_len).mean()))
+    saved.write_text(json.dumps(dict(out, base_mean_logp_eos=float(base_lp.mean()), prefixes=int(base_lp.numel()))))
+    return out
 
 
 def check_runs(results: dict) -> None:
@@ -309,7 +325,7 @@ def check_runs(results: dict) -> None:
         assert len({recs[0]["eval_len_init"] for (_, s2), recs in results.items() if s2 == s}) == 1, s
 
 
-pilot_jobs = {(arm, s): run_config(arm, s) for s in pilot_seeds for arm in ("plain", "sc")}
+pilot_jobs = {(arm, s): run_config(arm, s, REPO_ROOT / pilot_runs_dir) for s in pilot_seeds for arm in ("plain", "sc")}
 pilot = run_grid(pilot_jobs, workers=workers)
 check_runs(pilot)
 pilot_metric = {key: primary_metric(cfg) for key, cfg in pilot_jobs.items()}

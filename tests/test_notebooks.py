@@ -205,6 +205,8 @@ def test_default_parameters_write_only_under_runs(path):
     reproduce = dict(REPRODUCE[path.stem][1])
     # a notebook whose runs span sessions keeps its run records in results/ (committed, without checkpoints)
     assert reproduce.pop("runs_dir", f"results/{path.stem}") == f"results/{path.stem}"
+    # notebook 14's first-design pilot too: its outcome fixed the amendment, so its records are committed
+    assert Path(reproduce.pop("pilot_runs_dir", "results/x")).parts[0] == "results"
     assert reproduce == {"figures_dir": "figures"}
     ci = yaml.safe_load((REPO / "notebooks" / "ci_parameters.yaml").read_text())
     assert all(Path(v).parts[:2] == ("runs", "ci") for v in ci[path.stem].values() if isinstance(v, str)
