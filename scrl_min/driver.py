@@ -160,14 +160,21 @@ def arm_config(arm: str, **fields) -> TrainConfig:
     return TrainConfig(**{**ARMS[arm], **fields})
 
 
+EMBEDDED_MODEL = ("models", "qwen3-tiny-code")  # the embedded model's path inside any checkout of the project
+
+
 def model_key(model: str) -> str:
     """The model as config_id and run folders compare it: a path inside the checkout relative to its root
-    (the embedded default is "models/qwen3-tiny-code" wherever the repository is cloned), anything else
-    (a path elsewhere, an HF model id) as given."""
+    (the embedded default is "models/qwen3-tiny-code" wherever the repository is cloned); an absolute path
+    ending in models/qwen3-tiny-code outside it is another checkout's embedded model (the run records committed
+    in results/ name it by the absolute path of the clone that trained them), so the same key; anything else (a
+    path elsewhere, an HF model id) as given."""
     path = Path(model)
     if path.is_absolute():
         with contextlib.suppress(ValueError):
             return path.resolve().relative_to(REPO_ROOT.resolve()).as_posix()
+        if path.parts[-len(EMBEDDED_MODEL):] == EMBEDDED_MODEL:
+            return "/".join(EMBEDDED_MODEL)
     return model
 
 

@@ -141,6 +141,29 @@ def test_run_folder_names_do_not_depend_on_where_the_checkout_is(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(saved))
     assert RunFolder(tmp_path).config_diff(default) == {}
     assert "model" in RunFolder(tmp_path).config_diff(scrl_min.arm_config("sc", model=str(tmp_path / "ckpt")))
+    # a record committed from a clone elsewhere (results/*/config.json name the model by that clone's absolute
+    # path): the same config here, so `finished` reads the run back instead of training it again
+    saved["model"] = "/elsewhere/some-clone/models/qwen3-tiny-code"
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert RunFolder(tmp_path).config_diff(default) == {}
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": i}) + "\n" for i in range(default.steps)))
+    assert len(RunFolder(tmp_path).finished(default)) == default.steps
+    assert model_key("/elsewhere/models/my-model") == "/elsewhere/models/my-model"
+
+
+def test_committed_run_records_are_read_back_in_a_clone_elsewhere():
+    """Every run record committed under results/ is finished for its own config in this checkout, whatever the
+    absolute path of the clone that trained it."""
+    from scrl_min.driver import RunFolder
+
+    folders = sorted(p.parent for p in (REPO / "results").glob("*/*/config.json"))
+    assert folders
+    for folder in folders:
+        saved = json.loads((folder / "config.json").read_text())
+        fields = {f.name for f in dataclasses.fields(scrl_min.TrainConfig)}
+        cfg = scrl_min.TrainConfig(**{k: v for k, v in saved.items() if k in fields})
+        cfg = dataclasses.replace(cfg, model=str(scrl_min.DEFAULT_MODEL_PATH))
+        assert RunFolder(folder).config_diff(cfg) == {}, folder
 
 
 def test_model_path_follows_the_environment_variable(tmp_path):
