@@ -22,8 +22,8 @@
 # first design's result, the second design (amendment 2: the parameters cell's third block and section 6, its own
 # pre-registration committed in e713cb0 before its runs, its runs and its figure).
 #
-# **Run time and hardware:** CPU only, no GPU: about 40 minutes on 2 CPU cores with `make reproduce-full` (the
-# prediction under a minute, section 6's 24 iterated runs about 39, two at a time; the first design's pilot is
+# **Run time and hardware:** CPU only, no GPU: about 42 minutes on 2 CPU cores with `make reproduce-full` (the
+# prediction under a minute, section 6's 24 iterated runs 39-42, two at a time; the first design's pilot is
 # read back from its committed run records, section 3; training it again adds about 10; docs/development.md). Resumable: one folder per run configuration (section 6: one JSON per run), a
 # bar over runs. The defaults write
 # `runs/figures/14_length_drift.{png,json}`, `14_length_drift_runs.{png,json}` and
