@@ -2,6 +2,7 @@
 
     python scripts/prose_numbers.py            # check: every quoted number bound, every bound value rounds to it
     python scripts/prose_numbers.py --update   # (re)bind the numbers that changed, keep the rest, report unbound
+    python scripts/prose_numbers.py --suggest  # after a rerun: each bound number's new value, written as quoted
 
 The results prose is the markdown from a notebook's "## What we saw" / "## What the ... show(s)" heading to its end.
 A quoted number is a decimal (0.213, −0.19, 3.36%, 1.5e-2; integers are counts and are not checked) that is not a
@@ -261,11 +262,48 @@ def update(lock: dict) -> dict:
     return new
 
 
+def requote(text: str, value: float) -> str:
+    """`value` written the way `text` quotes a number: its decimals, its percent sign, its minus (unicode or
+    ASCII) and an explicit + where it had one; a magnitude-only quote (no sign, negative value) stays unsigned."""
+    _, quoted, decimals, pct, _ = quoted_numbers(f" {text}")[0]
+    v = value * 100 if pct else value
+    if quoted >= 0 and not text.startswith("+") and v < 0 and not text.startswith(("-", "−")):
+        v = abs(v)  # the prose quotes a magnitude (rounds_to accepts it)
+    body = f"{abs(v):.{max(decimals, 0)}f}" + ("%" if pct else "")
+    minus = "−" if "−" in text else "-"
+    sign = minus if v < 0 and float(body.rstrip("%")) != 0 else ("+" if text.startswith("+") else "")
+    return sign + body
+
+
+def suggestions(lock: dict) -> list:
+    """(stem, old text, new text, context) for every JSON-bound number whose value moved beyond its rounding (a
+    rerun): the new value written as the prose wrote the old one. An aid to rewriting the prose by hand; the
+    sentences around the numbers (what excludes 0, which arm leads) are the rewriter's to check."""
+    out = []
+    for stem, nb in notebooks():
+        srcs, outs = sources(stem), output_texts(nb)
+        for number, e in zip(quoted_numbers(results_prose(nb)), lock.get(stem) or []):
+            if "json" not in e or e["text"] != number[0] or e["json"] not in srcs:
+                continue
+            if binding_problem(e, number, srcs, outs) is not None:
+                try:
+                    v = float(value_at(srcs[e["json"]], e["path"]))
+                except (KeyError, IndexError, TypeError):
+                    continue
+                out.append((stem, number[0], requote(number[0], v), number[4][-40:].replace("\n", " ")))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--update", action="store_true", help="rebind what changed and write notebooks/prose_numbers.yaml")
+    ap.add_argument("--suggest", action="store_true",
+                    help="print each bound number whose JSON value moved, with its new value written as quoted")
     args = ap.parse_args(argv)
     lock = yaml.safe_load(LOCK.read_text()) if LOCK.exists() else {}
+    if args.suggest:
+        for stem, old, new, before in suggestions(lock):
+            print(f"{stem}: {old!r} -> {new!r} after …{before!r}")
     if args.update:
         lock = update(lock)
         head = "# Written by scripts/prose_numbers.py --update (see its docstring); `unbound` reasons by hand.\n"

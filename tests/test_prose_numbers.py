@@ -132,3 +132,23 @@ def test_update_carries_a_binding_over_when_a_rerun_changes_only_the_digits(monk
     assert [e.get("path") for e in new[:3]] == [e["path"] for e in lock["99_x"][:3]]
     assert new[3]["unbound"] == "TODO: rewrite for the new value; was: derived: 0.484 / 0.057"
     assert pn.check({"99_x": new}) == []
+
+
+def test_suggest_writes_each_moved_number_as_the_prose_quotes_it(monkeypatch):
+    """--suggest: after a rerun, each JSON-bound number whose value moved, rewritten with the quote's decimals,
+    sign style (unicode minus, explicit +) and percent; numbers that still hold are not listed."""
+    import nbformat
+
+    assert [pn.requote(t, v) for t, v in [("+0.32", 0.3894), ("−1.7", -1.0853), ("0.484", 0.36415), ("3.6%", 0.0379),
+                                          ("+2.2", -0.04), ("0.51", -0.713), ("-0.190", 0.2)]] == \
+        ["+0.39", "−1.1", "0.364", "3.8%", "+0.0", "0.71", "0.200"]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
+        "## What we saw\n\nplain − bf16 −0.190 ± 0.107, SC +0.213.")])
+    nb.metadata["scrl_min_run"] = {}
+    data = {"d": {"mean": -0.1904, "ci95": 0.107}, "sc": {"mean": 0.2132}}
+    monkeypatch.setattr(pn, "sources", lambda stem: {"figures/99_x.json": data})
+    monkeypatch.setattr(pn, "notebooks", lambda: [("99_x", nb)])
+    lock = pn.update({})
+    data["d"].update(mean=-0.25, ci95=0.1071)
+    data["sc"]["mean"] = 0.31
+    assert [(old, new) for _, old, new, _ in pn.suggestions(lock)] == [("−0.190", "−0.250"), ("+0.213", "+0.310")]
