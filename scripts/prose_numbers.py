@@ -267,7 +267,7 @@ def requote(text: str, value: float) -> str:
     ASCII) and an explicit + where it had one; a magnitude-only quote (no sign, negative value) stays unsigned."""
     _, quoted, decimals, pct, _ = quoted_numbers(f" {text}")[0]
     v = value * 100 if pct else value
-    if quoted >= 0 and not text.startswith("+") and v < 0 and not text.startswith(("-", "−")):
+    if quoted >= 0 and not text.startswith("+") and v < 0:
         v = abs(v)  # the prose quotes a magnitude (rounds_to accepts it)
     body = f"{abs(v):.{max(decimals, 0)}f}" + ("%" if pct else "")
     minus = "−" if "−" in text else "-"
@@ -281,16 +281,16 @@ def suggestions(lock: dict) -> list:
     sentences around the numbers (what excludes 0, which arm leads) are the rewriter's to check."""
     out = []
     for stem, nb in notebooks():
-        srcs, outs = sources(stem), output_texts(nb)
-        for number, e in zip(quoted_numbers(results_prose(nb)), lock.get(stem) or []):
-            if "json" not in e or e["text"] != number[0] or e["json"] not in srcs:
+        srcs = sources(stem)
+        for (text, value, decimals, pct, before), e in zip(quoted_numbers(results_prose(nb)), lock.get(stem) or []):
+            if "json" not in e or e["text"] != text or e["json"] not in srcs:
                 continue
-            if binding_problem(e, number, srcs, outs) is not None:
-                try:
-                    v = float(value_at(srcs[e["json"]], e["path"]))
-                except (KeyError, IndexError, TypeError):
-                    continue
-                out.append((stem, number[0], requote(number[0], v), number[4][-40:].replace("\n", " ")))
+            try:
+                v = float(value_at(srcs[e["json"]], e["path"]))
+            except (KeyError, IndexError, TypeError):
+                continue  # a path that is gone: the check names it
+            if not rounds_to(v, value, decimals, pct):
+                out.append((stem, text, requote(text, v), before[-40:].replace("\n", " ")))
     return out
 
 

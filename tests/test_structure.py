@@ -158,9 +158,9 @@ def test_committed_run_records_are_read_back_in_a_clone_elsewhere():
 
     folders = sorted(p.parent for p in (REPO / "results").glob("*/*/config.json"))
     assert folders
+    fields = {f.name for f in dataclasses.fields(scrl_min.TrainConfig)}
     for folder in folders:
         saved = json.loads((folder / "config.json").read_text())
-        fields = {f.name for f in dataclasses.fields(scrl_min.TrainConfig)}
         cfg = scrl_min.TrainConfig(**{k: v for k, v in saved.items() if k in fields})
         cfg = dataclasses.replace(cfg, model=str(scrl_min.DEFAULT_MODEL_PATH))
         assert RunFolder(folder).config_diff(cfg) == {}, folder
