@@ -288,33 +288,37 @@ print(f"saved {figures_dir}/02_fp8_arms.png, 02_per_seed.png and their .json")
 # %% [markdown]
 # ## What the measurement shows
 #
-# Written from the `make reproduce-full` run whose outputs are above (12 paired seeds, 72 runs, 2 cores, a CPU with
-# AVX-512/AMX). The same notebook, code and seeds ran first on an AVX2-only CPU (commit 72871e0; its JSON is
-# `figures/other_cpu/02_fp8_arms.json`): another CPU model samples other tokens from the first batch on, so every
-# run took another path and the two runs are replicates. Both are quoted ("here" and "there").
+# Written from the `make reproduce-full` run whose outputs are above (12 paired seeds, 72 runs, 2 cores, an AMD
+# EPYC with AVX-512, no AMX). The same notebook, code and seeds ran earlier on an Intel Xeon with AVX-512/AMX
+# (commit 7e7f68c, `figures/replicates/xeon_amx/02_fp8_arms.json`) and on an AVX2-only AMD EPYC (commit 72871e0,
+# `figures/replicates/epyc_avx2/02_fp8_arms.json`): another CPU model samples other tokens from the first batch
+# on, so no run ended at the same reward on two of them, and the three runs are replicates. All three are quoted
+# (here, then the Xeon, then the AVX2 EPYC).
 #
 # * **The mismatch costs plain training reward, and score centering recovers it: both pre-registered findings,
-#   on both CPUs.** Plain − bf16 −0.190 ± 0.107 here (Holm p = 0.010; plain below the reference in 9 of 12
-#   seeds), −0.261 ± 0.089 there (12 of 12); SC − plain +0.167 ± 0.055 here and +0.260 ± 0.067 there (Holm
-#   p < 0.001; 12 of 12 seeds on both). The secondary metric agrees (area under the curve, here: −0.155 ± 0.041
-#   and +0.163 ± 0.049). Under `docs/verdict.md`'s inference rule (each claim tested as its wording needs, Holm
-#   within these five; a seed is the mean of its runs on the two CPU models), both are **reproduced**: pooled
-#   over two CPU models (12 seeds), plain − bf16 −0.225 ± 0.069 (one-sided p < 0.001, Holm p < 0.001;
-#   heterogeneity p 0.296) and SC − plain +0.213 ± 0.050 (Holm p < 0.001), whose replicates differ in size
-#   (heterogeneity p 0.016: flagged, not demoted). A Holm correction over every contrast of the page is only a
-#   sensitivity column there (< 0.001 for both).
-# * **SC is not told apart from TIS or MIS, and centering adds nothing detectable to MIS, on either CPU.**
-#   Here SC − MIS −0.015 ± 0.093, SC − TIS −0.040 ± 0.065, SC+MIS − MIS +0.044 ± 0.130 (Holm p 0.94, 0.61,
-#   0.94); there +0.026 ± 0.068, +0.005 ± 0.096, −0.067 ± 0.095. The point estimates change sign between the
-#   two CPUs, as noise does. The rule declares the margin this notebook lacked: "SC matches or beats X" is
-#   non-inferiority at −0.05. Pooled over two CPU models (12 seeds), SC − MIS +0.005 ± 0.057 (non-inferiority
-#   p 0.028, Holm p 0.083 in the five) and SC − TIS −0.017 ± 0.071 (p 0.166, Holm p 0.332) are **not decided**:
-#   29 and 120 seeds would decide them at 80% power. SC+MIS − MIS −0.011 ± 0.073 (one-sided p 0.630) is not
-#   decided either, and no number of seeds would decide "SC + IS beats IS" at this estimate, which lies below 0.
-#   Notebook 13 asks these questions again on fresh seeds, with a less noisy primary metric.
-# * **Collapse** (one template for every prompt at the end): here plain 5 of 12 runs, MIS 2, the bf16 reference
-#   1, TIS, SC and SC+MIS none; there plain 4, TIS 2, each other arm 1. No paired exact test separates two arms
-#   (here SC vs plain p = 0.062).
+#   on all three CPUs.** Plain − bf16 −0.301 ± 0.074 here (Holm p < 0.001; plain below the reference in 12 of
+#   12 seeds), −0.190 ± 0.107 and −0.261 ± 0.089 on the other two; SC − plain +0.290 ± 0.086 here (Holm
+#   p < 0.001; 11 of 12 seeds above 0), +0.167 ± 0.055 and +0.260 ± 0.067. Plain ends at 0.095 ± 0.051 here, three
+#   of its runs collapsed. The secondary metric agrees (area under the curve, here: −0.230 ± 0.051 and
+#   +0.206 ± 0.041). Under `docs/verdict.md`'s inference rule (each claim tested as its wording needs, Holm within
+#   these five; a seed is the mean of its runs on the three CPU models), both are **reproduced**: pooled over
+#   three CPU models (12 seeds), plain − bf16 −0.251 ± 0.055 (one-sided p < 0.001, Holm p < 0.001;
+#   heterogeneity p 0.171) and SC − plain +0.239 ± 0.045 (Holm p < 0.001), whose replicates differ in size
+#   (heterogeneity p 0.023: flagged, not demoted).
+# * **SC against TIS and MIS: non-inferior at −0.05 once the third CPU model is pooled; centering adds nothing
+#   detectable to MIS.** Here SC − MIS +0.034 ± 0.062, SC − TIS +0.050 ± 0.091, SC+MIS − MIS −0.060 ± 0.064
+#   (Holm p 0.50, 0.50, 0.19); on the Xeon −0.015 ± 0.093, −0.040 ± 0.065, +0.044 ± 0.130; on the AVX2 EPYC
+#   +0.026 ± 0.068, +0.005 ± 0.096, −0.067 ± 0.095. The point estimates change sign between CPUs, as noise does.
+#   The rule declares the margin this notebook lacked: "SC matches or beats X" is non-inferiority at −0.05.
+#   Pooled over three CPU models (12 seeds), SC − MIS +0.015 ± 0.052 (non-inferiority p 0.010, Holm p 0.029 in
+#   the five) and SC − TIS +0.005 ± 0.049 (p 0.016, Holm p 0.031) are **non-inferior**; pooled over the first
+#   two, neither was decided. This third replicate ran because the notebook's code had changed since its last
+#   outputs, not for its result, and notebook 13 (36 fresh seeds, a less noisy primary metric) is what decides
+#   these claims on the verdict page. SC+MIS − MIS −0.028 ± 0.051 (one-sided p 0.871) is not decided, and no
+#   number of seeds would decide "SC + IS beats IS" at this estimate, which lies below 0.
+# * **Collapse** (one template for every prompt at the end): here plain 3 of 12 runs, MIS 2, TIS and SC+MIS 1,
+#   the bf16 reference and SC none; on the Xeon plain 5, MIS 2, the reference 1; on the AVX2 EPYC plain 4, TIS 2,
+#   each other arm 1. No paired exact test separates two arms (here SC vs plain p = 0.25).
 # * **Why this regime favours any correction**: raw rewards make E_q[A] as large as it can be, and the
 #   exact KL(q‖p) at the start is 1.5e-2 per token, about 11× FP8 alone (docs/verdict.md's ladder).
 #   Whether SC's edge over IS appears at the gradient level, or grows with the mismatch, is notebooks 10 and

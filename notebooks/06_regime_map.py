@@ -252,53 +252,55 @@ print(f"saved {figures_dir}/06_regime_map.{{png,json}} and {figures_dir}/06_drif
 # %% [markdown]
 # ## What the measurement shows
 #
-# Measured by `make reproduce-full` from a fresh clone on 2 cores of an Intel Xeon with AVX-512 and AMX (96
-# runs, 95 CPU-thread minutes, 48 min 27 s). Every run's final reward is the same, to the last digit, as in the
-# previous run of this notebook on an AMD EPYC with AVX2 only: those two runs did not differ by CPU. That does
-# not hold in general: notebook 11's replicate on an AVX2-only CPU (commit a7d47b5, `figures/other_cpu/`) ended
-# its runs of the same configurations and seeds (the FP8 + σ rungs' seeds 0-2, which are these runs) at other
-# rewards; whether the code between the two commits, the thread count or the CPU set that apart was not
-# established, so the project treats runs on another CPU model as replicates (README, "Which numbers hold
-# where"). 3 paired seeds per cell, and the 54 cells of the two maps are one family: **no cell holds after Holm's
-# correction** (smallest Holm-adjusted p 0.45). Six cells exclude 0 at the uncorrected 95% level, about the 2.7
-# that 54 tests give by chance at that level; they are framed in the map, and they are leads, not findings:
+# Measured on 2 cores of an AMD EPYC with AVX-512 (no AMX): the 96 runs trained in 144 CPU-thread minutes
+# (printed above); docs/development.md has the wall times. The previous outputs, from an Intel Xeon with AMX
+# (commit b8eeb48), ended the same configurations and seeds at other rewards (seed 0's raw bf16 reference at
+# 0.58, here 0.27): another CPU model samples other tokens from the first batch on, so the project treats its
+# runs as replicates (README, "Which numbers hold where") and the maps below are this CPU's. 3 paired seeds per
+# cell, and the 54 cells of the two maps are one family: **no cell holds after Holm's correction** (every
+# Holm-adjusted p is 1.00). Three cells exclude 0 at the uncorrected 95% level, about the 2.7 that 54 tests give
+# by chance at that level; they are framed in the map, and they are leads, not findings:
 #
-# * **Raw rewards, int4 weights: the largest separation of SC from plain.** With int4 group-128 weights
-#   (σ = 0) plain ends at 0.09-0.23 and SC at 0.37-0.45: SC − plain +0.24 ± 0.09 (p 0.008, Holm p 0.45), from 3
-#   paired differences (0.28, 0.21, 0.21). TIS +0.18 ± 0.37, MIS +0.18 ± 0.52 and SC+MIS +0.14 ± 0.35 against
-#   plain contain 0, and SC is not told apart from the other corrections (SC − TIS +0.06 ± 0.31, SC − MIS
-#   +0.05 ± 0.45, paired; the section on the corrections against one another). Notebook 11's int4 g128 rung,
-#   5 seeds on each of two CPU models, separates SC from plain with its replicates pooled (+0.135 ± 0.054,
-#   the verdict page; +0.22 ± 0.06 and +0.05 ± 0.16 on the two CPU models).
-# * **Raw rewards, FP8 + σ = 0.1 (notebook 02's setting, its seeds 0-2): the importance-ratio arms lead.**
-#   TIS − plain +0.25 ± 0.24, MIS +0.21 ± 0.18 and SC+MIS +0.22 ± 0.13 exclude 0 uncorrected (Holm p 0.93-1.0);
-#   SC alone +0.16 ± 0.19 reaches 0 by 0.02. With 12 seeds on each of two CPU models notebook 02
-#   resolves SC − plain in this setting (+0.213 ± 0.050 pooled, the verdict page). No two corrections are told apart (TIS − SC+MIS +0.03 ± 0.14, SC − SC+MIS −0.05 ± 0.29,
-#   paired), and in no cell of the map does any pair of corrections separate.
-# * **Raw rewards, FP8 alone: no cost to plain is detected.** Plain − reference is +0.03 ± 0.51 (plain
-#   0.41-0.44 against the reference's 0.20-0.58); TIS − plain −0.11 ± 0.05 and MIS − plain −0.11 ± 0.05
-#   (uncorrected; Holm p 0.57 and 0.45). One SC seed collapsed to 0 (SC − plain −0.10 ± 0.74).
-# * **TIS and MIS are nearly the same runs under FP8 alone.** In 5 of the 6 seeds (both modes) FP8's ratio
-#   p/q stays within [0.57, 1.88] over all 100 steps, so neither TIS's cap (2) nor MIS's band [0.5, 5]
-#   changes a weight and both weight every token by ρ alone: those runs are identical (equal final
-#   rewards). In the sixth (raw, seed 1) a ratio of 0.41 at step 32 fell below MIS's band, and the two
-#   runs differ from there on (the TIS run then reached 2.21 at step 33).
-# * **The paper's recipe (centered advantages): nothing separates, and the task saturates.** Every cell's
-#   interval contains 0, against the reference and against plain, for all five arms. The reference's
-#   seeds end at 0.98, 0.43 and 0.58: one seed comes near the task's ceiling of 1.0 (12 distinct names),
-#   and so does the best seed of every arm (0.97-0.99). With group-centred advantages E[A | prompt] = 0, so the drift at the
-#   first token is 0 by construction (measured 0.0000), and the per-token drift `drift_norm` is 5 to 10
-#   times smaller than under raw rewards for FP8 and int4 (0.0003 and 0.0007 against 0.0029 and 0.0035);
-#   with σ = 0.1 it is the same as under raw rewards (0.0024).
-# * **SC+MIS, the paper's arm, against the reference:** every interval contains 0 (raw: −0.01 ± 0.41,
-#   −0.07 ± 0.83, +0.00 ± 0.62). With 3 seeds "tracks the reference" cannot be told from "falls short of
-#   it by 0.3".
-# * **Does the drift/signal ratio predict where SC helps?** Under raw rewards the first-token ratio is 0.14
-#   (FP8), 0.21 (int4 g128) and 0.49 (FP8 + σ = 0.1), and SC − plain is −0.10 ± 0.74, +0.24 ± 0.09 and
-#   +0.16 ± 0.19: SC's estimate is positive in the two settings with the larger ratio and negative where the
-#   ratio is smallest. Three points with these intervals (none holding after Holm) suggest it; they do not
-#   establish a relation, and the exact KL(q‖p) orders the three settings the same way (0.0007, 0.0022,
-#   0.0036). The ratio arms follow the same order (TIS − plain −0.11, +0.18, +0.25), so the ratio does not
-#   single out centering from importance weighting.
+# * **Raw rewards, FP8 + σ = 0.1 (notebook 02's setting, its seeds 0-2): plain nearly collapses, every
+#   correction leads.** Plain ends at 0.12, 0.00 and 0.08 against the reference's 0.27-0.59 (plain − reference
+#   −0.39 ± 0.50). MIS − plain +0.24 ± 0.16 (p 0.025) and SC+MIS − plain +0.22 ± 0.17 (p 0.032) exclude 0
+#   uncorrected (Holm p 1.00); SC +0.22 ± 0.30 and TIS +0.23 ± 0.76 (one TIS seed ended at 0.00) contain it.
+#   Notebook 02, with 12 seeds on each CPU model, decides this setting (the verdict page). No two corrections
+#   are told apart here (SC − SC+MIS +0.00 ± 0.14, MIS − SC +0.01 ± 0.19, paired).
+# * **Raw rewards, int4 weights: SC's largest estimate against plain, not resolved.** With int4 group-128
+#   weights (σ = 0) plain ends at 0.12, 0.09 and 0.32 and SC at 0.38, 0.47 and 0.47: SC − plain +0.27 ± 0.31
+#   (p 0.064, Holm p 1.00). TIS +0.26 ± 0.37, MIS +0.21 ± 0.21 (p 0.051) and SC+MIS +0.18 ± 0.34 against plain
+#   contain 0 too. SC is not told apart from TIS or MIS (SC − TIS +0.01 ± 0.06, SC − MIS +0.06 ± 0.26, paired),
+#   and SC − SC+MIS +0.09 ± 0.07 excludes 0 uncorrected (the section on the corrections against one another).
+#   Notebook 11's int4 g128 rung, 5 seeds on each CPU model pooled on the verdict page, is the test of SC
+#   against plain in this setting.
+# * **Raw rewards, FP8 alone: no cost to plain is detected.** Plain − reference is −0.07 ± 0.37 (plain
+#   0.33-0.45 against the reference's 0.27-0.59); TIS − plain and MIS − plain −0.06 ± 0.10; SC − plain
+#   +0.02 ± 0.51. One cell excludes 0 uncorrected: SC+MIS − reference −0.25 ± 0.16 (p 0.022, Holm p 1.00;
+#   SC+MIS ends at 0.08, 0.27 and 0.26).
+# * **TIS and MIS are the same runs under FP8 alone.** In all 6 seeds (both modes) FP8's ratio p/q stays
+#   within [0.57, 1.66] over all 100 steps, so neither TIS's cap (2) nor MIS's band [0.5, 5] changes a weight
+#   and both weight every token by ρ alone: those runs are identical (equal final rewards).
+# * **The paper's recipe (centered advantages): nothing separates from the reference or from plain.** Every
+#   cell's interval contains 0, against the reference and against plain, for all five arms. The reference's
+#   seeds end at 0.99, 0.43 and 0.58. Under FP8 alone TIS, MIS and SC+MIS end two of their three seeds near the
+#   task's ceiling of 1.0 (0.97-0.99), plain and SC none (at most 0.56 and 0.58). Between the corrections
+#   (paired, outside the Holm family), TIS − SC and MIS − SC (one pair: those runs are identical)
+#   +0.35 ± 0.28 under FP8 and TIS − SC+MIS +0.20 ± 0.11 under int4 exclude 0 uncorrected; with raw int4's
+#   SC − SC+MIS that is 3 of the map's 30 distinct pairs, against the 1.5 chance gives at that level. With
+#   group-centred advantages E[A | prompt] = 0, so the drift at the first token is 0 by construction (measured
+#   0.0000), and the per-token drift `drift_norm` is 5 to 8 times smaller than under raw rewards for FP8 and
+#   int4 (0.0003 and 0.0009 against 0.0024 and 0.0052); with σ = 0.1 it is nearly the same as under raw
+#   rewards (0.0022 against 0.0023).
+# * **SC+MIS, the paper's arm, against the reference:** under raw rewards −0.25 ± 0.16 (FP8 alone, the
+#   uncorrected exclusion above), −0.10 ± 0.36 (int4) and −0.17 ± 0.34 (FP8 + σ). With 3 seeds "tracks the
+#   reference" cannot be told from "falls short of it by 0.3".
+# * **Does the drift/signal ratio predict where SC helps?** Under raw rewards the first-token ratio is 0.13
+#   (FP8), 0.33 (int4 g128) and 0.41 (FP8 + σ = 0.1), and SC − plain is +0.02 ± 0.51, +0.27 ± 0.31 and
+#   +0.22 ± 0.30: SC's estimate is near 0 where the ratio is smallest and larger in the two settings with the
+#   larger ratio, though not in their order. Three points whose intervals all contain 0 do not establish a
+#   relation; the exact KL(q‖p) sets FP8 alone apart from the other two the same way (0.0006, 0.0040, 0.0039),
+#   and the ratio arms follow the same pattern (TIS − plain −0.06, +0.26, +0.23), so the ratio does not single
+#   out centering from importance weighting.
 # * **Not in this map**: GRPO's std-scaled advantages, signed rewards and σ = 0.05 (each one parameter
 #   away; notebook 09 has signed rewards, notebook 11 σ = 0.05).

@@ -392,8 +392,8 @@ print(f"saved {figures_dir}/08_prompt_offsets.png and {figures_dir}/08_prompt_of
 # **The reward cost is large at this budget.** Plain FP8 collapses: final clean reward 0.020 ± 0.059 (target
 # 24) against the reference's 0.364 ± 0.304, and SC recovers it (0.410 ± 0.227): SC − plain +0.39 ± 0.19,
 # paired, an interval well above 0 (target 4: +0.61 ± 0.30). Notebook 02's SC − plain is
-# +0.213 ± 0.050 (its two CPU models' replicates pooled, the verdict page), but it differs in more than the
-# budget (24 tokens, names target 12, 100 steps, 12 seeds on each of two CPU models), so the larger gap here is
+# +0.239 ± 0.045 (its three CPU models' replicates pooled, the verdict page), but it differs in more than the
+# budget (24 tokens, names target 12, 100 steps, 12 seeds on each of three CPU models), so the larger gap here is
 # not attributable to length alone.
 #
 # **Per-prompt offsets: centering removes them, and they are large here.** On the starting policy with the

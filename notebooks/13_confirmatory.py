@@ -282,8 +282,9 @@ print(f"fresh seeds: {len(named)} distinct seeds are named elsewhere, largest {m
 # %% [markdown]
 # ## How many seeds: the power computation
 #
-# **Data**: notebook 02's committed runs on two CPU models (`figures/02_fp8_arms.json` and
-# `figures/other_cpu/02_fp8_arms.json`: the same 12 seeds, every run a replicate that took its own path), per
+# **Data**: notebook 02's runs on the two CPU models it had run on when this design was fixed (an Intel Xeon with
+# AMX, `figures/replicates/xeon_amx/02_fp8_arms.json`, and an AVX2-only AMD EPYC,
+# `figures/replicates/epyc_avx2/02_fp8_arms.json`: the same 12 seeds, every run a replicate that took its own path), per
 # run and arm the AUC and the final clean reward. A seed is one unit: the per-seed mean of the two replicates
 # gives the between-seed spread, their difference the within-seed spread, and a new run of one replicate per
 # seed has the per-run variance σ² = var(seed means) + ½ · mean over seeds of (d_here − d_there)² / 2.
@@ -354,7 +355,8 @@ def simulate_family_a(n: int, mu: dict, cov: np.ndarray, names: list, baseline_m
 
 
 power_names = ["bf16", "plain", "tis", "mis", "sc"]
-power = {"sources": ["figures/02_fp8_arms.json", "figures/other_cpu/02_fp8_arms.json"], "margin": margin}
+power = {"sources": ["figures/replicates/xeon_amx/02_fp8_arms.json", "figures/replicates/epyc_avx2/02_fp8_arms.json"],
+         "margin": margin}  # the two replicates the design was fixed on (a later rerun of 02 is figures/02_fp8_arms.json)
 for metric, key in (("auc", "auc_per_seed"), ("final", "final_eval_per_seed")):
     here, there = (per_arm_runs(src, key, power_names) for src in power["sources"])  # (12, 5) each
     runs = np.concatenate([here, there])  # (24, 5)

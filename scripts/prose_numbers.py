@@ -7,7 +7,7 @@
 The results prose is the markdown from a notebook's "## What we saw" / "## What the ... show(s)" heading to its end.
 A quoted number is a decimal (0.213, −0.19, 3.36%, 1.5e-2; integers are counts and are not checked) that is not a
 bound such as "p < 0.001". `notebooks/prose_numbers.yaml` binds each one, in the order they appear, to a value in
-the notebook's own JSON (figures/NN_*.json, figures/other_cpu/NN_*.json) or the verdict's (figures/verdict_forest.json):
+the notebook's own JSON (figures/NN_*.json, figures/replicates/<cpu>/NN_*.json) or the verdict's (figures/verdict_forest.json):
 `{text, before, json, path}`; `path` is a list of keys and list indices. A number in no JSON but printed by one of
 the notebook's own cells is bound to that cell's output (`output_of_cell`: the number as written must appear there).
 A number in neither (a ratio of two quoted numbers, a figure from another notebook or the literature) carries
@@ -81,7 +81,7 @@ VERDICT = "figures/verdict_forest.json"
 def sources(stem: str) -> dict:
     """{json file relative to the repo: its content} that a notebook's prose may quote."""
     files = sorted((REPO / "figures").glob(f"{stem[:2]}_*.json")) + sorted(
-        (REPO / "figures" / "other_cpu").glob(f"{stem[:2]}_*.json")) + [REPO / VERDICT]
+        (REPO / "figures" / "replicates").glob(f"*/{stem[:2]}_*.json")) + [REPO / VERDICT]
     return {str(f.relative_to(REPO)): json.loads(f.read_text()) for f in files if f.exists()}
 
 

@@ -6,8 +6,8 @@
 The rule (docs/verdict.md, "The inference rule"), as this file applies it:
 
 1. every paired contrast the notebooks report (arm − arm in final clean reward, per seed) is one row;
-2. replicates of a notebook on another CPU model (figures/other_cpu/) are pooled: a seed is one unit, the mean of
-   its replicates (`pool_replicates`), and the replicates are compared paired by seed (`heterogeneity_p`);
+2. replicates of a notebook on other CPU models (figures/replicates/<cpu>/) are pooled: a seed is one unit, the mean
+   of its replicates (`pool_replicates`), and the replicates are compared paired by seed (`heterogeneity_p`);
 3. the test a row needs comes from the claim's wording (`KINDS`: one-sided, non-inferiority at −0.05, TOST within
    ±0.05; two-sided for rows no claim reads), computed by `paired_test` over the seed units;
 4. Holm's correction runs within the family the row's notebook pre-registered (`FAMILIES`), never over the page:
@@ -20,7 +20,7 @@ deck's). Notebook 10's gradient tests (`gradient_rows`) are its pre-registered p
 secondaries (one family), read from its JSON's "primary" and "secondary"; its placebo and gap against KL are
 descriptive. Notebook 13 (the confirmatory run on fresh seeds, `confirmatory_rows`) is tested in its own
 pre-registered families (A at lr 0.5, B at the gentler lr; the AUC primary, the final clean reward secondary), and
-where it tests a claim its primary decides the claims-table row. The older single-CPU rows with a page-wide Holm correction (`with_tests`, `replicate_rows`) are no
+where it tests a claim its primary decides the claims-table row. The older single-CPU rows with a page-wide Holm correction (`with_tests`) are no
 longer read by the page or the deck. tests/test_verdict.py checks the page and the README against this file, and the rule's pieces against
 independent computations.
 """
@@ -42,7 +42,7 @@ from scrl_min import holm, mean_ci95, p_text  # noqa: E402  (the scaffold's stat
 FIG = REPO / "figures"
 PAGE = REPO / "docs" / "verdict.md"
 README = REPO / "README.md"
-OTHER_CPU = FIG / "other_cpu"  # the same notebooks, code and seeds run on another CPU model (a replicate)
+REPLICATES = FIG / "replicates"  # <cpu>/: the same notebooks, code and seeds run on another CPU model (a replicate)
 
 MARGIN = 0.05  # M: the equivalence / non-inferiority margin, in final clean reward (declared in the rule)
 ALPHA = 0.05  # family-wise level of Holm's correction within a family
@@ -303,7 +303,7 @@ def page_holm(rs: list) -> list:
 # The rows: every paired contrast of the committed JSON, per replicate
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 def _load(name, fig: Path = FIG):
-    """figures/NAME, or fig/NAME where `fig` (figures/other_cpu/) has that file."""
+    """figures/NAME, or fig/NAME where `fig` (a folder of figures/replicates/) has that file."""
     path = fig / name if (fig / name).exists() else FIG / name
     return json.loads(path.read_text()) if path.exists() else None
 
@@ -314,9 +314,9 @@ def _row(source, setting, name, diffs, kl=None):
 
 def rows(fig: Path = FIG) -> list:
     """Every paired contrast of one replicate's JSON, as (source, setting, contrast, per-seed differences, KL), in
-    page order: the headline (02), the severity ladder (11), the regime map (06), staleness (07). With
-    fig=OTHER_CPU, the notebooks that folder holds come from there (the other CPU model's runs), the others from
-    figures/. `tested_rows` pools these over replicates."""
+    page order: the headline (02), the severity ladder (11), the regime map (06), staleness (07). With fig a
+    folder of figures/replicates/, the notebooks that folder holds come from there (that CPU model's runs), the
+    others from figures/. `tested_rows` pools these over replicates."""
     out = []
     d = _load("02_fp8_arms.json", fig)
     if d:
@@ -365,17 +365,25 @@ def rows(fig: Path = FIG) -> list:
     return out
 
 
-REPLICATED = {"02": "02_fp8_arms.json", "11": "11_severity_slope.json"}  # notebooks figures/other_cpu/ may hold
+REPLICATED = {"02": "02_fp8_arms.json", "11": "11_severity_slope.json"}  # notebooks figures/replicates/* may hold
+
+
+def replicate_folders(source: str) -> list:
+    """The folders of figures/replicates/ that hold notebook `source`'s JSON (one per other CPU model), by name."""
+    if source not in REPLICATED or not REPLICATES.is_dir():
+        return []
+    return [d for d in sorted(REPLICATES.iterdir()) if (d / REPLICATED[source]).is_file()]
 
 
 def replicated(source: str) -> bool:
-    """Whether figures/other_cpu/ holds notebook `source`'s JSON (rows(OTHER_CPU) otherwise falls back to figures/)."""
-    return source in REPLICATED and (OTHER_CPU / REPLICATED[source]).exists()
+    """Whether any folder of figures/replicates/ holds notebook `source`'s JSON."""
+    return bool(replicate_folders(source))
 
 
 def replicate_dirs(source: str) -> list:
-    """The folders that hold replicates of notebook `source`'s runs: figures/, then figures/other_cpu/ if it has them."""
-    return [FIG] + ([OTHER_CPU] if replicated(source) else [])
+    """The folders that hold replicates of notebook `source`'s runs: figures/ (the committed notebook's), then each
+    folder of figures/replicates/ that has them."""
+    return [FIG] + replicate_folders(source)
 
 
 def ladder_reference(fig: Path = FIG) -> list:
@@ -1014,9 +1022,10 @@ def severity_text(rs: list | None = None, slopes: list | None = None) -> str:
                     f"({per} per CPU model; heterogeneity p {p_text(r['het_p'])}): {status_text(r)}.")
     sp = _find(rs, "11", "sc − plain", "int4_g128, ")
     if sp is not None and sp["k"] > 1:
-        (m1, h1), (m2, h2) = sp["replicate_means"][:2]
+        (m1, h1), *others = sp["replicate_means"]
         text.append(f"At int4 g128, SC − plain is {fmt(m1, d=2)} ± {h1:.2f} on the committed run and "
-                    f"{fmt(m2, d=2)} ± {h2:.2f} on the other CPU model's ({_pm(sp)} pooled, heterogeneity p "
+                    + " and ".join(f"{fmt(m, d=2)} ± {h:.2f}" for m, h in others)
+                    + f" on the other CPU models ({_pm(sp)} pooled over the {sp['k']}, heterogeneity p "
                     f"{p_text(sp['het_p'])}): descriptive, and the place to add seeds.")
     return "\n".join(lines) + "\n\n" + "\n\n".join(text)
 
@@ -1095,9 +1104,9 @@ def readme_note(cs: list | None = None) -> str:
     def per(r):
         return " and ".join(f"{fmt(m, d=2)} ± {h:.2f}" for m, h in r["replicate_means"])
 
-    return (f"Under the page's rule (each claim in the family its notebook pre-registered; the two CPU models' runs "
+    return (f"Under the page's rule (each claim in the family its notebook pre-registered; the {cost['k']} CPU models' runs "
             f"pooled per seed, with a heterogeneity test; margins ±{MARGIN:g}), a mismatched sampler costs plain "
-            f"training reward, plain − bf16 {_pm(cost)} over {cost['n']} seeds ({per(cost)} on the two CPU models): "
+            f"training reward, plain − bf16 {_pm(cost)} over {cost['n']} seeds ({per(cost)} on the {cost['k']} CPU models): "
             f"{st(cost)}. Score centering recovers it, SC − plain {_pm(rec)} ({per(rec)}): {st(rec)}. SC against TIS "
             f"and MIS (\"matches or beats\": non-inferiority at −{MARGIN:g}): SC − TIS {_pm(tis)}, {st(tis)}; "
             f"SC − MIS {_pm(mis)}, {st(mis)}. Under FP8 alone, the ladder's no-mismatch reference gives "
@@ -1256,11 +1265,6 @@ def with_tests(rs: list, alpha: float = ALPHA) -> list:
         sd = float(np.std(r["per_seed"], ddof=1))
         r.update(p_holm=float(ph), ci_holm=float(stats.t.ppf(1 - level / 2, r["n"] - 1) * sd / math.sqrt(r["n"])))
     return rs
-
-
-def replicate_rows() -> list | None:
-    """The deck's older reading: with_tests(rows(OTHER_CPU)) when figures/other_cpu/ holds a notebook's JSON."""
-    return with_tests(rows(OTHER_CPU)) if any(map(replicated, REPLICATED)) else None
 
 
 # ═════════════════════════════════════════════════════════════════════════════════════════════════

@@ -79,7 +79,7 @@ def pending(what):
 
 def pooled(r):
     """How a tested row's numbers were pooled, in the deck's words."""
-    return f"pooled over two CPU models ({r['n']} seeds)" if r["k"] == 2 else f"{r['n']} seeds, one CPU model"
+    return f"pooled over {r['k']} CPU models ({r['n']} seeds)" if r["k"] > 1 else f"{r['n']} seeds, one CPU model"
 
 
 def plain_status(text):
@@ -115,7 +115,7 @@ def claim_table(chosen):
         if r is None or "k" not in r:
             number = "–" if c in grad and one else c["short"]
         else:
-            number = f"{verdict.fmt(r['mean'], d=2)} ± {r['ci95']:.2f} ({r['n']} seeds{'' if r['k'] == 2 else ', one CPU'})"
+            number = f"{verdict.fmt(r['mean'], d=2)} ± {r['ci95']:.2f} ({r['n']} seeds{'' if r['k'] > 1 else ', one CPU'})"
             if "slope" in r["contrast"]:
                 number = f"slope {number}"
         number = number.split("; ")[0]  # one number per cell on a slide (the page has the rest)
@@ -427,7 +427,8 @@ cost = [c for c in reward if c not in against_is]
 display(Markdown(claim_table(cost)))
 display(Markdown(("Notebook 13's rows: fresh seeds, the area under the clean-eval curve (its primary); the others "
                   "pooled" if any(c["where"].startswith("13") for c in cost) else "Pooled")
-                 + " over two CPU models (the seeds shown); every interval and p: `docs/verdict.md`."))
+                 + f" over {len(verdict.replicate_dirs('02'))} CPU models (the seeds shown); every interval and p: "
+                   "`docs/verdict.md`."))
 
 # %% [markdown] tags=["slide"]
 # ## The verdict: SC against importance sampling

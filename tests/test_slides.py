@@ -103,7 +103,7 @@ def test_deck_builds_offline_with_the_verdicts_numbers(tmp_path):
                 f"{verdict.p_text(r['p_holm'])}") in text
     for c in verdict.claims():  # the verdict slides: every claim's status, as the README's table gives it
         assert c["short_status"].replace("**", "") in text, c["claim"]
-    assert "pooled over two CPU models (12 seeds)" in text
+    assert f"pooled over {len(verdict.replicate_dirs('02'))} CPU models (12 seeds)" in text
     for width, png_width in images(html):  # drawn for the slide: 2 dots per displayed pixel, not a notebook PNG
         assert png_width == 2 * width, f"a figure of {png_width} px shown at {width} px: not drawn for the slide"
         assert width <= 1240, f"a figure {width} px wide does not fit the 1280 px slide"

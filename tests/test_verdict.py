@@ -98,17 +98,30 @@ def test_pooling_takes_the_seed_as_the_unit():
         verdict.pool_replicates([a, b[:5]])
 
 
-def test_the_headline_rows_pool_the_two_cpu_models(made):
-    """The committed rows of notebook 02 are the mean, per seed, of figures/ and figures/other_cpu/'s differences."""
+def test_the_headline_rows_pool_every_cpu_model(made):
+    """The committed rows of notebook 02 are the mean, per seed, of the differences in figures/ and in every folder
+    of figures/replicates/ that holds notebook 02's JSON; their heterogeneity p is a one-way repeated-measures F test
+    over those replicates (for two, the paired t test), computed here with numpy and scipy."""
     rs, _ = made
-    if not verdict.replicated("02"):
-        pytest.skip("figures/other_cpu/ holds no run of notebook 02")
-    runs = [json.loads((f / "02_fp8_arms.json").read_text())["final"] for f in (verdict.FIG, verdict.OTHER_CPU)]
+    dirs = [verdict.FIG] + sorted(d for d in (verdict.FIG / "replicates").iterdir() if (d / "02_fp8_arms.json").exists())
+    assert verdict.replicate_dirs("02") == dirs
+    if len(dirs) == 1:
+        pytest.skip("figures/replicates/ holds no run of notebook 02")
+    runs = [json.loads((f / "02_fp8_arms.json").read_text())["final"] for f in dirs]
     for r in (r for r in rs if r["source"] == "02"):
         a, b = r["contrast"].split(" − ")
-        per = [np.array(x[a]["final_eval_per_seed"]) - np.array(x[b]["final_eval_per_seed"]) for x in runs]
-        assert r["per_seed"] == pytest.approx(list((per[0] + per[1]) / 2), abs=1e-15)
-        assert r["het_p"] == pytest.approx(stats.ttest_rel(per[0], per[1]).pvalue, rel=1e-10)
+        per = np.array([np.array(x[a]["final_eval_per_seed"]) - np.array(x[b]["final_eval_per_seed"]) for x in runs])
+        assert r["k"] == len(dirs)
+        assert r["per_seed"] == pytest.approx(list(per.mean(0)), abs=1e-15)
+        k, n = per.shape
+        if k == 2:
+            assert r["het_p"] == pytest.approx(stats.ttest_rel(per[0], per[1]).pvalue, rel=1e-10)
+        # independent route: two least-squares fits, seed blocks alone against seed blocks + replicate effects
+        y, seed_x = per.ravel(), np.tile(np.eye(n), (k, 1))
+        full_x = np.hstack([seed_x, np.repeat(np.eye(k), n, axis=0)[:, 1:]])
+        rss = [float(np.sum((y - x @ np.linalg.lstsq(x, y, rcond=None)[0]) ** 2)) for x in (seed_x, full_x)]
+        f_stat = ((rss[0] - rss[1]) / (k - 1)) / (rss[1] / ((k - 1) * (n - 1)))
+        assert r["het_p"] == pytest.approx(stats.f.sf(f_stat, k - 1, (k - 1) * (n - 1)), rel=1e-8)
 
 
 def test_heterogeneity_flags_replicates_that_differ():
@@ -312,24 +325,24 @@ def u(x, d=2):
 
 
 def test_the_numbers_written_in_results_md_are_verdicts(made):
+    """docs/results.md's reading of notebook 02 quotes the verdict's pooled rows, their heterogeneity and statuses."""
     rs, _ = made
     text = " ".join((REPO / "docs" / "results.md").read_text().split())
     cost, rec = verdict._find(rs, "02", "plain − bf16"), verdict._find(rs, "02", "sc − plain")
     tis, mis = verdict._find(rs, "02", "sc − tis"), verdict._find(rs, "02", "sc − mis")
-    assert cost["status"] == rec["status"] == "reproduced" and tis["status"] == mis["status"] == "not decided"
-    for s in (f"plain − bf16 {u(cost['mean'])} ± {cost['ci95']:.2f} (the two runs do not differ, heterogeneity p "
+    both = verdict._find(rs, "02", "sc_mis − mis")
+    assert cost["status"] == rec["status"] == "reproduced"
+    for s in (f"plain − bf16 {u(cost['mean'])} ± {cost['ci95']:.2f} (the replicates do not differ, heterogeneity p "
               f"{verdict.p_text(cost['het_p'])})",
               f"SC − plain {u(rec['mean'])} ± {rec['ci95']:.2f} (they do differ in size, heterogeneity p "
               f"{verdict.p_text(rec['het_p'])})",
-              f"pooled {u(tis['mean'])} ± {tis['ci95']:.2f}", f"pooled {u(mis['mean'])} ± {mis['ci95']:.2f}",
-              f"about {tis['seeds']} and {mis['seeds']} seeds would decide it"):
+              f"SC − TIS {u(tis['mean'])} ± {tis['ci95']:.2f}, {tis['status']}",
+              f"SC − MIS {u(mis['mean'])} ± {mis['ci95']:.2f}, {mis['status']}",
+              f"(Holm p {verdict.p_text(tis['p_holm'])} and {verdict.p_text(mis['p_holm'])};",
+              f"changes nothing detectable (pooled {u(both['mean'])} ± {both['ci95']:.2f})"):
         assert s in text, s
     assert cost["het_p"] >= 0.05 > rec["het_p"]
-    int4 = verdict._find(rs, "11", "sc − plain", "int4_g128, ")
-    (m1, h1), (m2, h2) = int4["replicate_means"]
-    assert f"give {u(m1)} ± {h1:.2f} on this CPU model and {u(m2)} ± {h2:.2f} on the other" in text
-    alone = verdict._find(rs, "11", "plain − bf16 (02's)", "fp8, ")
-    assert f"5 seeds × 2 CPU models, gives {u(alone['mean'])} ± {alone['ci95']:.2f}" in text
+    assert f"so the {('two', 'three', 'four')[cost['k'] - 2]} are replicates" in text
 
 
 def test_what_this_does_not_show_names_the_setting_that_ran():
