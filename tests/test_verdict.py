@@ -517,3 +517,17 @@ def test_readme_note_states_the_staleness_redesign_from_its_json():
             sched = r["name"].split(":")[0]
             status = "non-inferior" if r["status"].startswith("non-inferior") else r["status"].split(" (")[0]
             assert f"{sched} {verdict.fmt(r['mean'], d=2)} ± {r['ci95']:.2f}, {status}" in sentence, (sched, sentence)
+
+
+def test_every_replicate_is_the_same_design_with_its_provenance():
+    """Each JSON under figures/replicates/<cpu>/ is a replicate of the committed notebook's run (figures/): it names
+    its CPU, commit, date and why it is kept, and every parameter it records equals the committed run's (a
+    parameter added to the notebook later is absent from an older JSON, never different)."""
+    files = sorted((verdict.FIG / "replicates").glob("*/*.json"))
+    assert files, "figures/replicates/ holds no replicate"
+    for f in files:
+        rep, main = json.loads(f.read_text()), json.loads((verdict.FIG / f.name).read_text())
+        assert set(rep["provenance"]) >= {"commit", "cpu", "date", "note"}, f
+        assert f.name[:2] in {k for k in verdict.REPLICATED}, f"{f}: the verdict pools no replicate of this notebook"
+        differ = {k: (v, main["parameters"].get(k)) for k, v in rep["parameters"].items() if main["parameters"].get(k) != v}
+        assert not differ, f"{f}: parameters differ from figures/{f.name}: {differ}"
