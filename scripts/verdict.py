@@ -375,11 +375,6 @@ def replicate_folders(source: str) -> list:
     return [d for d in sorted(REPLICATES.iterdir()) if (d / REPLICATED[source]).is_file()]
 
 
-def replicated(source: str) -> bool:
-    """Whether any folder of figures/replicates/ holds notebook `source`'s JSON."""
-    return bool(replicate_folders(source))
-
-
 def replicate_dirs(source: str) -> list:
     """The folders that hold replicates of notebook `source`'s runs: figures/ (the committed notebook's), then each
     folder of figures/replicates/ that has them."""
