@@ -235,7 +235,8 @@ print(f"saved {figures_dir}/11_severity_slope.png and .json")
 #   another (SC − plain +0.00 ± 0.19); from FP8 + σ 0.05 on plain falls (0.23, 0.08, 0.06) while MIS and SC
 #   mostly hold (0.22-0.38). Here SC − plain's 95% interval excludes 0 at σ 0.1 and σ 0.2 (+0.26 ± 0.13,
 #   +0.30 ± 0.11), not at the real int4 g128 format (+0.11 ± 0.30); pooled over the three CPU models int4 g128
-#   gives +0.13 ± 0.08 (+0.11 ± 0.30, +0.05 ± 0.16 and +0.22 ± 0.06 per CPU model; heterogeneity p 0.370).
+#   gives +0.13 ± 0.08 (+0.11 ± 0.30 here, +0.22 ± 0.06 on the Xeon, +0.05 ± 0.16 on the AVX2 EPYC;
+#   heterogeneity p 0.370).
 # * **The ladder's no-mismatch reference.** This notebook runs notebook 02's configuration (its σ 0.1 rung is
 #   02's seeds 0-4), so 02's bf16 runs of the same seeds are its reference (`docs/verdict.md`, an exploratory
 #   family of one contrast per rung). Pooled over three CPU models (5 seeds), plain − bf16 is −0.00 ± 0.09 at

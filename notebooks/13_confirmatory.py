@@ -9,8 +9,9 @@
 # %% [markdown]
 # # 13 · Confirmatory: the headline on fresh seeds, a group baseline, and a gentler optimizer
 #
-# Notebook 02 found, on two CPU models, that a mismatched sampler costs plain policy gradient clean reward and
-# that score centering (SC) recovers it; it could not tell SC from TIS or MIS, and five of its twelve seeds had
+# Notebook 02 found (on 2026-12-03, when this design was fixed), on two CPU models, that a mismatched sampler
+# costs plain policy gradient clean reward and that score centering (SC) recovers it; it could not tell SC from
+# TIS or MIS, and five of its twelve seeds had
 # been seen before its pre-registration was written. This notebook asks the same questions again on **fresh
 # seeds** that no notebook, test or earlier run has used, with the number of seeds set by a power computation,
 # and adds the two questions a journal club asks first:

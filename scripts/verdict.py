@@ -375,6 +375,20 @@ def replicate_folders(source: str) -> list:
     return [d for d in sorted(REPLICATES.iterdir()) if (d / REPLICATED[source]).is_file()]
 
 
+def replicate_names(source: str) -> list:
+    """How the page names each of replicate_dirs(source): "committed run" (figures/), then each folder's name (the
+    CPU model, e.g. "xeon_amx")."""
+    return ["committed run"] + [d.name for d in replicate_folders(source)]
+
+
+def per_replicate(r, d: int = 3) -> str:
+    """A tested row's per-replicate mean ± 95%, each named by where it ran (`replicate_names`), in the order pooled."""
+    names = replicate_names(r["source"])
+    if len(names) != r["k"]:
+        names = [f"replicate {i + 1}" for i in range(r["k"])]
+    return ", ".join(f"{n} {fmt(m, d=d)} ± {h:.{d}f}" for n, (m, h) in zip(names, r["replicate_means"]))
+
+
 def replicate_dirs(source: str) -> list:
     """The folders that hold replicates of notebook `source`'s runs: figures/ (the committed notebook's), then each
     folder of figures/replicates/ that has them."""
@@ -653,8 +667,7 @@ def number_text(r, what: str = "", unit: str = "") -> str:
     s = (f"{what}{fmt(r['mean'])} ± {r['ci95']:.3f}{unit} ({r['n']} seeds{k}; {r['wins']}/{r['n']} {SIDE[r['kind']]}); "
          f"{KINDS[r['kind']]} p {p_text(r['p'])}, Holm p {p_text(r['p_holm'])} in {FAMILIES[r['family']][0]}")
     if r["k"] > 1:
-        s += ("; per CPU model " + " and ".join(f"{fmt(m)} ± {h:.3f}" for m, h in r["replicate_means"])
-              + f", heterogeneity p {p_text(r['het_p'])}")
+        s += f"; per CPU model: {per_replicate(r)}; heterogeneity p {p_text(r['het_p'])}"
     if "p_page" in r:
         s += f"; page-wide Holm p {p_text(r['p_page'])} (sensitivity)"
     return s
@@ -1012,16 +1025,12 @@ def severity_text(rs: list | None = None, slopes: list | None = None) -> str:
         f"g128 format ({short_status(int4)}).",
     ]
     for name, r in sl.items():
-        per = " and ".join(f"{fmt(m, d=2)} ± {h:.2f}" for m, h in r["replicate_means"])
         text.append(f"**{name}'s slope** (each seed's own slope against log10 KL, per tenfold KL): {_pm(r)} pooled "
-                    f"({per} per CPU model; heterogeneity p {p_text(r['het_p'])}): {status_text(r)}.")
+                    f"(per CPU model: {per_replicate(r, 2)}; heterogeneity p {p_text(r['het_p'])}): {status_text(r)}.")
     sp = _find(rs, "11", "sc − plain", "int4_g128, ")
     if sp is not None and sp["k"] > 1:
-        (m1, h1), *others = sp["replicate_means"]
-        text.append(f"At int4 g128, SC − plain is {fmt(m1, d=2)} ± {h1:.2f} on the committed run and "
-                    + " and ".join(f"{fmt(m, d=2)} ± {h:.2f}" for m, h in others)
-                    + f" on the other CPU models ({_pm(sp)} pooled over the {sp['k']}, heterogeneity p "
-                    f"{p_text(sp['het_p'])}): descriptive, and the place to add seeds.")
+        text.append(f"At int4 g128, SC − plain per CPU model is {per_replicate(sp, 2)} ({_pm(sp)} pooled over the "
+                    f"{sp['k']}, heterogeneity p {p_text(sp['het_p'])}): descriptive, and the place to add seeds.")
     return "\n".join(lines) + "\n\n" + "\n\n".join(text)
 
 
@@ -1097,7 +1106,7 @@ def readme_note(cs: list | None = None) -> str:
             f"{_pm(alone)}, {st(alone)}.{_readme_gradient(cs)}{_readme_staleness(cs, st)}"
 
     def per(r):
-        return " and ".join(f"{fmt(m, d=2)} ± {h:.2f}" for m, h in r["replicate_means"])
+        return per_replicate(r, 2)
 
     return (f"Under the page's rule (each claim in the family its notebook pre-registered; the {cost['k']} CPU models' runs "
             f"pooled per seed, with a heterogeneity test; margins ±{MARGIN:g}), a mismatched sampler costs plain "
