@@ -1105,13 +1105,10 @@ def readme_note(cs: list | None = None) -> str:
         return _readme_note_13(cs, by, st) + f" Under FP8 alone, the ladder's no-mismatch reference gives plain − bf16 " \
             f"{_pm(alone)}, {st(alone)}.{_readme_gradient(cs)}{_readme_staleness(cs, st)}"
 
-    def per(r):
-        return per_replicate(r, 2)
-
     return (f"Under the page's rule (each claim in the family its notebook pre-registered; the {cost['k']} CPU models' runs "
             f"pooled per seed, with a heterogeneity test; margins ±{MARGIN:g}), a mismatched sampler costs plain "
-            f"training reward, plain − bf16 {_pm(cost)} over {cost['n']} seeds ({per(cost)} on the {cost['k']} CPU models): "
-            f"{st(cost)}. Score centering recovers it, SC − plain {_pm(rec)} ({per(rec)}): {st(rec)}. SC against TIS "
+            f"training reward, plain − bf16 {_pm(cost)} over {cost['n']} seeds (per CPU model: {per_replicate(cost, 2)}): "
+            f"{st(cost)}. Score centering recovers it, SC − plain {_pm(rec)} ({per_replicate(rec, 2)}): {st(rec)}. SC against TIS "
             f"and MIS (\"matches or beats\": non-inferiority at −{MARGIN:g}): SC − TIS {_pm(tis)}, {st(tis)}; "
             f"SC − MIS {_pm(mis)}, {st(mis)}. Under FP8 alone, the ladder's no-mismatch reference gives "
             f"plain − bf16 {_pm(alone)}, {st(alone)}.{_readme_gradient(cs)}")

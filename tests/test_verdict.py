@@ -528,6 +528,6 @@ def test_every_replicate_is_the_same_design_with_its_provenance():
     for f in files:
         rep, main = json.loads(f.read_text()), json.loads((verdict.FIG / f.name).read_text())
         assert set(rep["provenance"]) >= {"commit", "cpu", "date", "note"}, f
-        assert f.name[:2] in {k for k in verdict.REPLICATED}, f"{f}: the verdict pools no replicate of this notebook"
+        assert f.name[:2] in verdict.REPLICATED, f"{f}: the verdict pools no replicate of this notebook"
         differ = {k: (v, main["parameters"].get(k)) for k, v in rep["parameters"].items() if main["parameters"].get(k) != v}
         assert not differ, f"{f}: parameters differ from figures/{f.name}: {differ}"
