@@ -262,3 +262,27 @@ def test_rho_at_its_bound_is_counted():
                                         torch.ones(1, 3, dtype=torch.bool))
     assert diag["rho_at_bound"].tolist() == [[0.0, 1.0, 0.0]]
     assert diag["rho"][0, 1] == pytest.approx(0.2 / 1e-6, rel=1e-4)
+
+
+def test_repeated_head_ids_found_as_a_loop_finds_them():
+    """`validate_rollout`'s repeated-id check (one flat sort over every row) against a loop over rows with a set: random
+    small heads with repeats, empty slots (whose ids, garbage or repeated, never count) and ids outside [0, V) at
+    positions past the end; the first repeated row is the one named."""
+    from scrl_min.core import _repeated_ids
+
+    g = torch.Generator().manual_seed(3)
+    for trial in range(200):
+        B, T, k, V = 1 + trial % 3, 1 + trial % 5, 1 + trial % 6, 2 + trial % 9
+        ids = torch.randint(-2, V + 2, (B, T, k), generator=g)
+        valid = torch.rand(B, T, k, generator=g) < 0.7
+        want = torch.tensor([len(row_ids) != len(set(row_ids)) for row_ids in
+                             ([int(i) for i, ok in zip(r, v) if ok and 0 <= i < V]
+                              for r, v in zip(ids.reshape(-1, k), valid.reshape(-1, k)))]).view(B, T)
+        assert torch.equal(_repeated_ids(ids, valid, V), want), trial
+    # through validate_rollout: an id repeated in row (0, 1), masked rows full of repeats before it ignored
+    head_ids = torch.tensor([[[0, 0, 0], [2, 1, 2]]])
+    ro = Rollout(torch.zeros(1, 1, dtype=torch.long), torch.ones(1, 1, dtype=torch.bool), torch.tensor([[0, 1]]),
+                 torch.tensor([[False, True]]), torch.tensor([[lg(.5), lg(.3)]]), head_ids,
+                 torch.tensor([[[lg(.5), lg(.2), lg(.1)], [lg(.4), lg(.3), lg(.2)]]]))
+    with pytest.raises(RolloutError, match="duplicated id in the sampler's head at sequence 0, completion position 1"):
+        validate_rollout(ro, 3)

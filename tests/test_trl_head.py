@@ -30,14 +30,15 @@ def _full_softmax_reference(h, W, b, y, ids, T):
     return lsm.gather(-1, y[:, None])[:, 0], lsm.gather(-1, ids)
 
 
-@pytest.mark.parametrize("T, poison", [(1.0, False), (0.7, False), (1.0, True)])
-def test_head_logprobs_from_sampled_is_the_full_softmax(T, poison, monkeypatch):
+@pytest.mark.parametrize("T, poison, V", [(1.0, False, 50), (0.7, False, 50), (1.0, True, 50), (0.7, True, 6)])
+def test_head_logprobs_from_sampled_is_the_full_softmax(T, poison, V, monkeypatch):
+    """V = 50: 1.1 pairs per id, ∂h by a CSR product; V = 6: 9 per id, ∂h by a weighted embedding sum."""
     if poison:  # ∂W's rows pass through a reused, uninitialised buffer: make it NaN, so a row left unwritten shows
         new_empty = torch.Tensor.new_empty
         monkeypatch.setattr(torch.Tensor, "new_empty", lambda t, *a, **kw: new_empty(t, *a, **kw).fill_(float("nan")))
         assert torch.zeros(1).new_empty(2).isnan().all()
     g = torch.Generator().manual_seed(0)
-    N, H, V, k = 11, 6, 50, 5
+    N, H, k = 11, 6, 5
     h = torch.randn(N, H, generator=g, dtype=F64, requires_grad=True)
     W = torch.randn(V, H, generator=g, dtype=F64, requires_grad=True)
     b = torch.randn(V, generator=g, dtype=F64, requires_grad=True)
@@ -60,7 +61,31 @@ def test_head_logprobs_from_sampled_is_the_full_softmax(T, poison, monkeypatch):
     # through the logit gaps alone, ∂W lives on the named rows (the head ids and y): every other row exactly 0
     named = torch.zeros(V, dtype=torch.bool)
     named[ids.reshape(-1)] = named[y] = True
-    assert (~named).sum() >= 5 and (gap_w[~named] == 0).all() and gap_w[named].isfinite().all()
+    assert (~named).sum() >= (5 if V == 50 else 0) and (gap_w[~named] == 0).all() and gap_w[named].isfinite().all()
+
+
+def test_head_logprobs_from_sampled_with_the_whole_vocabulary_as_head():
+    """k = V (score_centering_top_k >= the vocabulary: the head is every id, so y is in it twice with its own pair):
+    the values and gradients of the full softmax in float64, a padded row of id 0 included; k > V is refused."""
+    g = torch.Generator().manual_seed(2)
+    N, H, V = 6, 5, 9
+    h = torch.randn(N, H, generator=g, dtype=F64, requires_grad=True)
+    W = torch.randn(V, H, generator=g, dtype=F64, requires_grad=True)
+    b = torch.randn(V, generator=g, dtype=F64, requires_grad=True)
+    ids = torch.stack([torch.randperm(V, generator=g) for _ in range(N)])  # (N, V): every id once per row
+    ids[-1] = 0  # an empty row past a sequence's end: the sampler pads with id 0
+    y = torch.randint(V, (N,), generator=g)
+    lp_y, want = _full_softmax_reference(h, W, b, y, ids, 0.8)
+    got = head_logprobs_from_sampled(lp_y, h, W, y, ids, 0.8, bias=b)
+    assert torch.allclose(got, want, rtol=0, atol=1e-12)
+    assert (got[ids == y[:, None]] == lp_y.detach()[:, None].expand(N, V)[ids == y[:, None]]).all()  # p(y) itself
+    c = torch.randn(N, V, generator=g, dtype=F64)
+    grads = torch.autograd.grad((c * got).sum(), (h, W, b))
+    ref = torch.autograd.grad((c * _full_softmax_reference(h, W, b, y, ids, 0.8)[1]).sum(), (h, W, b))
+    for a, r in zip(grads, ref):
+        assert torch.allclose(a, r, rtol=0, atol=1e-12)
+    with pytest.raises(scrl_min.ScrlError, match=r"k = 10 ids per token for a vocabulary of V = 9"):
+        head_logprobs_from_sampled(lp_y, h, W, y, torch.cat([ids, ids[:, :1]], 1), 0.8)
 
 
 @pytest.mark.parametrize("V, chunk", [(30, 1), (30, 4), (30, 7), (30, 10_000), (2, 2048)])
