@@ -17,6 +17,13 @@ that load from other jobs on the machine falls on all arms alike; the first roun
 per-arm number is the median over the other rounds (all steps are in the JSON). Results go to stdout and to --out.
 
     OMP_NUM_THREADS=1 python scripts/bench_trl.py --out figures/bench_trl.json
+
+glibc's malloc serves large blocks (TRL's (tokens × vocabulary) tiles, about 20 MB here) from fresh mmap'd pages
+until its dynamic threshold rises, and returns them to the OS on free; each fresh page costs a fault when first
+written, and which arm pays how many depends on the arms' other allocations. Fixing the thresholds makes every arm
+reuse its memory (glibc's own settings, recorded under "allocator" in the JSON; docs/benchmarks.md has both runs):
+
+    MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=4294967296 OMP_NUM_THREADS=1 python scripts/bench_trl.py
 """
 from __future__ import annotations
 
@@ -145,7 +152,9 @@ def main(argv=None) -> None:
                          rounds=args.rounds, warmup_rounds_dropped=1,
                          omp_threads=torch.get_num_threads(), torch=torch.__version__, trl=trl.__version__,
                          cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
-                         load_average_1min_before_after=[round(load0, 2), round(os.getloadavg()[0], 2)])
+                         load_average_1min_before_after=[round(load0, 2), round(os.getloadavg()[0], 2)],
+                         allocator={k: v for k, v in sorted(os.environ.items()) if k.startswith("MALLOC_")
+                                    or k == "THP_MEM_ALLOC_ENABLE"})
     print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "step_s_all"} if isinstance(v, dict) else v
                       for k, v in res.items()}, indent=1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
