@@ -82,8 +82,8 @@ class RecordEngine:
 
 
 def check_head_is_the_engines(inputs, engine_outs, k):
-    """Every loss-carrying position of `inputs`: the head is the engine's top-k (ranks 1..k of the raw output, as a
-    set, with their log-probs), log q(y_t) is the raw entry of the sampled id. Rows are matched to the engine's
+    """Every loss-carrying position of `inputs`: the head is the engine's top-k (the raw output's k entries other than
+    the sampled token's extra one, as a set, with their log-probs), log q(y_t) is the raw entry of the sampled id. Rows are matched to the engine's
     outputs by (prompt, completion). Returns how many positions had a most probable token other than the sampled one
     (where TRL's row[0] would have been the wrong number)."""
     raw_of = {}
@@ -99,7 +99,11 @@ def check_head_is_the_engines(inputs, engine_outs, k):
 
         def matches(raw):
             for t, row in enumerate(raw.logprobs):
-                top = {i: lp.logprob for i, lp in row.items() if lp.rank <= k}  # the engine's own top-k, by rank
+                # the engine's own top-k: its k entries, without the sampled token's own entry when that came as the
+                # (k + 1)-th (not by rank: vLLM ranks the sampled token apart, and with torch's kernels limited to
+                # AVX2 it gave one of log-prob below the k-th entry's rank 108)
+                y = raw.token_ids[t]
+                top = {i: lp.logprob for i, lp in row.items() if not (i == y and len(row) == k + 1)}
                 got = dict(zip(inputs["sampler_head_ids"][b, t].tolist(), inputs["sampler_head_logp"][b, t].tolist()))
                 if len(top) != k or got.keys() != top.keys() or any(abs(got[i] - v) > 1e-6 for i, v in top.items()):
                     return False
