@@ -223,9 +223,10 @@ def head_logprobs_from_sampled(logp_y: torch.Tensor, hidden: torch.Tensor, weigh
     Args:
       logp_y:      (...,) log p(y_t) at temperature T, with grad (TRL: `outputs.log_probs` of the fused head)
       hidden, weight, sampled_ids, head_ids, temperature, bias: as `head_logit_gaps`
-      gap:         (..., k) `head_logit_gaps` of these inputs when already computed; None computes them here
+      gap:         (..., k) `head_logit_gaps` of these inputs when already computed (then hidden, weight, bias and
+                   temperature are not read, and only the shapes are checked); None computes them here
     Returns (..., k) log p at head_ids, float32 (float64 for float64 inputs). Raises ScrlError on mismatched shapes,
-    k > V, an id outside [0, V) (naming its index), or T <= 0.
+    and, when it computes the gaps, on k outside [1, V], an id outside [0, V) (naming its index), or T not > 0.
     """
     lead = tuple(sampled_ids.shape)
     if tuple(logp_y.shape) != lead or (gap is not None and tuple(gap.shape) != (*lead, head_ids.shape[-1])):
@@ -245,19 +246,19 @@ def head_logit_gaps(hidden: torch.Tensor, weight: torch.Tensor, sampled_ids: tor
 
     Computed before TRL's fused head runs (ScoreCenteringGRPOTrainer does so from the backbone's forward hook), its
     backward runs after the head's (autograd runs the later node first), so the (V, H) gradient buffer is not held
-    through the head's backward over the vocabulary: on the benchmark's machine holding it there cost about 10% of
-    the step (docs/benchmarks.md).
+    through the head's backward over the vocabulary: at V = 151,936 holding it there cost about 600 MiB of peak memory,
+    and on the day it was first measured about 10% of the step (docs/benchmarks.md).
 
     Args:
       hidden:      (..., H) final-norm hidden states that score y_t (row P − 1 + t for completion token t)
       weight:      (V, H) LM-head matrix; bias: (V,) or None
       sampled_ids: (...,) long, y_t;  head_ids: (..., k) long, the sampler's top-k ids
       temperature: T > 0
-    Returns (..., k), float32 (float64 for float64 inputs). Raises ScrlError on mismatched shapes, k > V, an id
-    outside [0, V) (naming its index), or T <= 0. Models whose logits are scaled or soft-capped are refused by the trainer
-    (the identity would need the same transform of z).
+    Returns (..., k), float32 (float64 for float64 inputs). Raises ScrlError on mismatched shapes, k outside [1, V],
+    an id outside [0, V) (naming its index), or T not > 0 (NaN included). Models whose logits are scaled or
+    soft-capped are refused by the trainer (the identity would need the same transform of z).
     """
-    if temperature <= 0:
+    if not temperature > 0:  # NaN too
         raise ScrlError(f"temperature must be > 0, got {temperature}")
     lead, k, H = tuple(sampled_ids.shape), head_ids.shape[-1], weight.shape[-1]
     if tuple(head_ids.shape[:-1]) != lead or tuple(hidden.shape) != (*lead, H) or weight.dim() != 2:
@@ -266,8 +267,9 @@ def head_logit_gaps(hidden: torch.Tensor, weight: torch.Tensor, sampled_ids: tor
                         f"(V, H)")
     _check_ids(sampled_ids, weight.shape[0])
     _check_ids(head_ids, weight.shape[0])
-    if k > weight.shape[0]:
-        raise ScrlError(f"a head of k = {k} ids per token for a vocabulary of V = {weight.shape[0]}: k must be <= V")
+    if not 1 <= k <= weight.shape[0]:
+        raise ScrlError(f"a head of k = {k} ids per token for a vocabulary of V = {weight.shape[0]}: k must be in "
+                        f"[1, V]")
     y, head = sampled_ids.reshape(-1), head_ids.reshape(-1, k)  # (N,), (N, k)
     with torch.autocast(hidden.device.type, enabled=False):
         gap = _HeadLogitGap.apply(hidden.reshape(-1, H), weight, y, head, 1.0 / temperature)  # (N, k)
@@ -328,6 +330,7 @@ class _HeadLogitGap(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, weight, y, head, inv_t):
         dt = torch.promote_types(torch.promote_types(h.dtype, weight.dtype), torch.float32)
+        h_in, w_in = h, weight  # saved as given: a bf16 weight's float32 copy is not held until the backward
         h, weight = h.to(dt), weight.to(dt)
         (N, k), V = head.shape, weight.shape[0]
         # CSR wants each row's columns in order: one flat sort of the keys row · V + id (row i's pairs stay at
@@ -339,13 +342,14 @@ class _HeadLogitGap(torch.autograd.Function):
         z_sorted = _sampled_logits(h, weight, sid)  # (N k,)
         z = torch.empty_like(z_sorted).scatter_(0, order, z_sorted).view(N, k)
         z_y = _sampled_logits(h, weight, y[:, None])  # (N,)
-        ctx.save_for_backward(h, weight, y, sid, order)
-        ctx.inv_t = inv_t
+        ctx.save_for_backward(h_in, w_in, y, sid, order)
+        ctx.dt, ctx.inv_t = dt, inv_t
         return (z - z_y[:, None]) * inv_t
 
     @staticmethod
     def backward(ctx, g):  # g (N, k)
         h, weight, y, sid, order = ctx.saved_tensors
+        h, weight = h.to(ctx.dt), weight.to(ctx.dt)
         (N, k), V = sid.shape, weight.shape[0]
         d_sorted = (g * ctx.inv_t).reshape(-1)[order].view(N, k)  # ∂/∂z at the head ids, in the pattern's order
         d_y = -g.sum(-1) * ctx.inv_t  # (N,) ∂/∂z_y

@@ -14,6 +14,7 @@ docs/method.md, independently of scrl_min.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -266,8 +267,9 @@ def test_rho_at_its_bound_is_counted():
 
 def test_repeated_head_ids_found_as_a_loop_finds_them():
     """`validate_rollout`'s repeated-id check (one flat sort over every row) against a loop over rows with a set: random
-    small heads with repeats, empty slots (whose ids, garbage or repeated, never count) and ids outside [0, V) at
-    positions past the end; the first repeated row is the one named."""
+    small heads (k = 1-6) with repeats, empty slots (whose ids, garbage or repeated, never count) and ids outside
+    [0, V) in any slot (never counted as repeats: the range check names those at generated positions); the first
+    repeated row is the one named; an empty head (k = 0) is refused as empty, not by an IndexError."""
     from scrl_min.core import _repeated_ids
 
     g = torch.Generator().manual_seed(3)
@@ -286,3 +288,6 @@ def test_repeated_head_ids_found_as_a_loop_finds_them():
                  torch.tensor([[[lg(.5), lg(.2), lg(.1)], [lg(.4), lg(.3), lg(.2)]]]))
     with pytest.raises(RolloutError, match="duplicated id in the sampler's head at sequence 0, completion position 1"):
         validate_rollout(ro, 3)
+    empty = dataclasses.replace(ro, head_ids=head_ids[..., :0], head_logp=ro.head_logp[..., :0])  # k = 0: no top-k
+    with pytest.raises(RolloutError, match="empty sampler head .* at sequence 0, completion position 1"):
+        validate_rollout(empty, 3)

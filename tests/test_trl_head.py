@@ -64,6 +64,31 @@ def test_head_logprobs_from_sampled_is_the_full_softmax(T, poison, V, monkeypatc
     assert (~named).sum() >= (5 if V == 50 else 0) and (gap_w[~named] == 0).all() and gap_w[named].isfinite().all()
 
 
+def test_logit_gaps_keep_a_bf16_weight_as_given_until_the_backward():
+    """A bf16 LM head (a bf16 trainer without autocast): the gaps are computed in float32, but what the backward keeps
+    is the weight itself, not a float32 copy of it (at V = 151,936, H = 1,024 that copy is 594 MiB, held through TRL's
+    head); the gradients are the float32 computation's, in the inputs' dtypes."""
+    from scrl_min.trl import head_logit_gaps
+
+    g = torch.Generator().manual_seed(4)
+    N, H, V, k = 7, 8, 40, 5
+    h = torch.randn(N, H, generator=g).bfloat16().requires_grad_()
+    W = torch.randn(V, H, generator=g).bfloat16().requires_grad_()
+    y, ids = torch.randint(V, (N,), generator=g), torch.stack([torch.randperm(V, generator=g)[:k] for _ in range(N)])
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append((t.dtype, tuple(t.shape))) or t, lambda t: t):
+        gap = head_logit_gaps(h, W, y, ids)
+    assert gap.dtype == torch.float32
+    assert (torch.float32, (V, H)) not in saved and (torch.bfloat16, (V, H)) in saved, saved
+    c = torch.randn(N, k, generator=g)
+    gh, gw = torch.autograd.grad((c * gap).sum(), (h, W))
+    hf, Wf = h.detach().float().requires_grad_(), W.detach().float().requires_grad_()
+    z = hf @ Wf.T
+    ref = torch.autograd.grad((c * (z.gather(1, ids) - z.gather(1, y[:, None]))).sum(), (hf, Wf))
+    for got, want in zip((gh, gw), ref):
+        assert got.dtype == torch.bfloat16 and torch.allclose(got.float(), want, rtol=1e-2, atol=1e-2)
+
+
 def test_head_logprobs_from_sampled_with_the_whole_vocabulary_as_head():
     """k = V (score_centering_top_k >= the vocabulary: the head is every id, so y is in it twice with its own pair):
     the values and gradients of the full softmax in float64, a padded row of id 0 included; k > V is refused."""
@@ -121,6 +146,10 @@ def test_head_logprobs_from_sampled_refuses_bad_input():
         head_logprobs_from_sampled(torch.zeros(2, 3), h, W, y, bad)
     with pytest.raises(scrl_min.ScrlError, match="temperature"):
         head_logprobs_from_sampled(torch.zeros(2, 3), h, W, y, ids, 0.0)
+    with pytest.raises(scrl_min.ScrlError, match="temperature"):
+        head_logprobs_from_sampled(torch.zeros(2, 3), h, W, y, ids, float("nan"))
+    with pytest.raises(scrl_min.ScrlError, match=r"k = 0 ids per token for a vocabulary of V = 10"):
+        head_logprobs_from_sampled(torch.zeros(2, 3), h, W, y, ids[..., :0])
     with pytest.raises(scrl_min.ScrlError, match=r"gap \(2, 3, 4\)"):  # precomputed gaps of the wrong k
         head_logprobs_from_sampled(torch.zeros(2, 3), h, W, y, ids, gap=torch.zeros(2, 3, 4))
 
