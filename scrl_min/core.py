@@ -67,7 +67,7 @@ from typing import Optional
 import torch
 
 from .errors import RolloutError, ScrlError
-from .logprobs import completion_logits, gather_logprobs
+from .logprobs import _index_dtype, completion_logits, gather_logprobs
 
 EMPTY_LOGP = -9000.0  # head log-probs at or below this (the -9999 stand-in, -inf) mark an empty slot
 RHO_EPS = 1e-6  # floor of the trainer's tail mass in ρ's denominator
@@ -776,7 +776,7 @@ def _repeated_ids(ids: torch.Tensor, valid: torch.Tensor, vocab_size: int) -> to
     slot = torch.arange(k, device=ids.device)
     key = torch.where(valid & (ids >= 0) & (ids < vocab_size), ids, vocab_size + slot).reshape(rows, k)
     key = (key + torch.arange(rows, device=ids.device)[:, None] * width).reshape(-1)
-    srt = key.to(torch.int32 if rows * width <= torch.iinfo(torch.int32).max else torch.int64).sort().values
+    srt = key.to(_index_dtype(rows * width)).sort().values
     twice = srt[1:] == srt[:-1]
     out = torch.zeros(rows, dtype=torch.bool, device=ids.device)
     out[srt[1:][twice].long() // width] = True

