@@ -437,6 +437,9 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
         if bad:
             raise ScrlError(f"ScoreCenteringGRPOTrainer does not support: {'; '.join(bad)}")
         self.k = min(a.score_centering_top_k, model.config.vocab_size)  # the head size, per generated token
+        if a.score_centering and self.k < a.score_centering_top_k:
+            warnings.warn(f"score_centering_top_k={a.score_centering_top_k} is above the vocabulary: the head is the "
+                          f"whole vocabulary, k = V = {self.k}", stacklevel=2)
         if a.use_vllm:  # TRL's engine, asked for k log-probs; every sync verified
             vg = self.vllm_generation
             vg.logprobs = self.k

@@ -48,6 +48,21 @@ def test_trl_trainer_two_steps_on_cpu(tmp_path):
     assert "sampling/importance_sampling_ratio/mean" in logs[0]
 
 
+def test_trl_trainer_with_the_whole_vocabulary_as_head(tmp_path):
+    """score_centering_top_k above V: a warning, k = V, and a step that runs (at 331a802 the loss raised a RuntimeError
+    from `sampled_addmm` here: the k + 1 pairs a row outnumbered V) with every head row the whole vocabulary, so
+    Σ_H q = 1 and ρ = 0."""
+    with pytest.warns(UserWarning, match=r"score_centering_top_k=100000 is above the vocabulary.*k = V = 2048"):
+        tr = make_trainer(tmp_path, max_steps=1, score_centering_top_k=100_000, per_device_train_batch_size=4,
+                          max_completion_length=4)
+    assert tr.k == tr.model.config.vocab_size == 2048
+    tr.train()
+    logs = [h for h in tr.state.log_history if "score_centering/loss" in h]
+    assert len(logs) == 1 and logs[0]["score_centering/loss"] == logs[0]["score_centering/loss"]  # not NaN
+    assert logs[0]["score_centering/head_mass_q"] == pytest.approx(1.0, abs=1e-3)
+    assert logs[0]["score_centering/rho_mean"] == 0.0
+
+
 @pytest.mark.parametrize("cfg, says", [
     (dict(loss_type="sapo"), "loss_type='sapo'"),
     (dict(num_iterations=2), "num_iterations > 1"),
