@@ -100,16 +100,27 @@ IS_CASES = {
 }
 
 
-def reference_loss(model, inputs, sc_kw, seq, cfg, loss_type, centering=True):
-    """score_centered_pg_loss on a plain logits forward, TRL's sequence ratio, and TRL's reduction, written out."""
+def reference_loss(model, inputs, sc_kw, seq, cfg, loss_type, centering=True, head_values=None):
+    """score_centered_pg_loss on a plain logits forward, TRL's sequence ratio, and TRL's reduction, written out.
+
+    head_values: (B, T, k) the head log-probs TRL's centering read (`trl_loss_and_head`), or None. Given, the head
+    log-probs keep this forward's gradient but take those values (checked within 1e-4 of this forward's), so that
+    the coefficients computed here from them cannot fall on the other side of an MIS band edge than TRL's did
+    because of float round-off between two forwards (seen: 3 of 16,384 head entries with 2 threads, gradients
+    6.5e-3 apart). The coefficients themselves are still computed here, by `score_centered_pg_loss`."""
     P, T = inputs["prompt_ids"].shape[1], inputs["completion_ids"].shape[1]
     mask = inputs["completion_mask"].bool()
     logits = model(input_ids=torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
                    attention_mask=torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)).logits
     ids = torch.cat([inputs["completion_ids"][..., None], inputs["sampler_head_ids"]], -1)
     lp = gather_logprobs(logits[:, P - 1:P - 1 + T], ids, temperature=1.0)
-    q_y = inputs["sampling_per_token_logps"]
-    per_token, _ = score_centered_pg_loss(lp[..., 0], lp[..., 1:], q_y, inputs["sampler_head_logp"],
+    q_y, lp_head = inputs["sampling_per_token_logps"], lp[..., 1:]
+    if head_values is not None:
+        valid = (inputs["sampler_head_logp"] > scrl_min.EMPTY_LOGP) & mask[..., None]
+        off = (head_values - lp_head.detach())[valid].abs().max().item()
+        assert off <= 1e-4, f"TRL's head log-probs are {off:.3g} from the reference forward's"
+        lp_head = head_values + (lp_head - lp_head.detach())  # TRL's values exactly (x − x = 0), this gradient
+    per_token, _ = score_centered_pg_loss(lp[..., 0], lp_head, q_y, inputs["sampler_head_logp"],
                                           inputs["advantages"], mask, centering=centering, **sc_kw)
     if seq:  # TRL's sequence ratio: the product of the token ratios, truncated or masked
         R = ((lp[..., 0].detach() - q_y) * mask).sum(-1, keepdim=True).exp()
@@ -121,6 +132,22 @@ def reference_loss(model, inputs, sc_kw, seq, cfg, loss_type, centering=True):
             "luspo": per_token.sum() / B}[loss_type]
 
 
+def trl_loss_and_head(tr, inputs, monkeypatch):
+    """TRL's loss on the batch (`compute_loss`, with grad) and, detached, the (B, T, k) head log-probs its centering
+    term read: for `reference_loss`'s head_values."""
+    seen, real = [], scrl_min.trl.centering_term
+
+    def spy(logp_head, *args, **kwargs):
+        seen.append(logp_head.detach().clone())
+        return real(logp_head, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(scrl_min.trl, "centering_term", spy)
+        loss = tr.compute_loss(tr.model, inputs)
+    assert len(seen) == 1
+    return loss, seen[0]
+
+
 def grad_of(model, loss):
     model.zero_grad(set_to_none=True)
     loss.backward()
@@ -129,7 +156,7 @@ def grad_of(model, loss):
 
 @pytest.mark.parametrize("case, loss_type", [(c, lt) for c in IS_CASES for lt in ("grpo", "bnpo", "dr_grpo", "dapo")]
                          + [("no_is", "luspo"), ("token_mask", "luspo")])
-def test_trl_gradient_equals_score_centered_loss(tmp_path, case, loss_type):
+def test_trl_gradient_equals_score_centered_loss(tmp_path, monkeypatch, case, loss_type):
     cfg, sc_kw, seq = IS_CASES[case]
     tr = make_trainer(tmp_path, reward=char_variety, loss_type=loss_type, **cfg)
     tr.model.train()
@@ -137,14 +164,15 @@ def test_trl_gradient_equals_score_centered_loss(tmp_path, case, loss_type):
     rows = [tr.train_dataset[i] for i in range(4) for _ in range(2)]  # 4 prompts × a group of 2
     inputs = tr._generate_and_score_completions(rows)
     assert inputs["advantages"].abs().sum() > 0
-    g_trl = grad_of(tr.model, tr.compute_loss(tr.model, inputs))
-    g_ref = grad_of(tr.model, reference_loss(tr.model, inputs, sc_kw, seq, cfg, loss_type))
+    loss, head = trl_loss_and_head(tr, inputs, monkeypatch)
+    g_trl = grad_of(tr.model, loss)
+    g_ref = grad_of(tr.model, reference_loss(tr.model, inputs, sc_kw, seq, cfg, loss_type, head_values=head))
     scale = g_ref.norm()
     assert scale > 0
     assert (g_trl - g_ref).norm() <= 1e-5 * scale
     # the check can fail: dropping the centering term, or (token-level IS) leaving its coefficients unweighted
     # (c_v = q_v − ρ p_v next to a weighted policy term) moves the gradient by far more than the tolerance
-    ref = lambda kw, s, centering=True: reference_loss(tr.model, inputs, kw, s, cfg, loss_type, centering)
+    ref = lambda kw, s, centering=True: reference_loss(tr.model, inputs, kw, s, cfg, loss_type, centering, head)
     wrong = [ref(sc_kw, seq, centering=False)]
     if sc_kw["weighting"] != "none":
         none = dict(weighting="none")
