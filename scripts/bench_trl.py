@@ -137,23 +137,42 @@ class TRLArm:
 def _paired_stats(a: list, b: list) -> dict:
     """Arm a over arm b, round by round: the mean of the per-round ratios with its 95% t-interval, and the same
     difference at equal page faults: the least-squares line Δseconds = δ + β · Δfaults over the rounds (Δ = a − b),
-    whose intercept δ, over b's median step, is a's extra time where both arms touched as many fresh pages
-    (`paired_*_at_equal_faults`; β is the seconds a fault costs, as the rounds measure it)."""
+    whose intercept δ, over b's median step (its faults included), is a's extra time where both arms touched as
+    many fresh pages (`paired_*_at_equal_faults`; β is the seconds a fault costs, as the rounds measure it). The
+    interval needs 2 rounds and the line 3 whose fault differences are not all equal; where they are missing the
+    fields are null."""
     from scipy import stats
     ratios = [x["seconds"] / y["seconds"] for x, y in zip(a, b)]
     n, mean = len(ratios), statistics.fmean(ratios)
-    half = stats.t.ppf(0.975, n - 1) * statistics.stdev(ratios) / n ** 0.5
+    out = dict(mean_trl_sc_over_trl_plain=round(mean, 4), mean_trl_sc_over_trl_plain_95ci=None,
+               paired_trl_sc_over_trl_plain_at_equal_faults=None,
+               paired_trl_sc_over_trl_plain_at_equal_faults_95ci=None, seconds_per_fault=None,
+               median_extra_faults_trl_sc=statistics.median(x["minor_faults"] - y["minor_faults"]
+                                                            for x, y in zip(a, b)))
+    if n >= 2:
+        half = stats.t.ppf(0.975, n - 1) * statistics.stdev(ratios) / n ** 0.5
+        out["mean_trl_sc_over_trl_plain_95ci"] = [round(mean - half, 4), round(mean + half, 4)]
     dt = [x["seconds"] - y["seconds"] for x, y in zip(a, b)]
     df = [x["minor_faults"] - y["minor_faults"] for x, y in zip(a, b)]
-    fit = stats.linregress(df, dt)
-    half_d = stats.t.ppf(0.975, n - 2) * fit.intercept_stderr
-    base = statistics.median(y["seconds"] for y in b)
-    return dict(mean_trl_sc_over_trl_plain=round(mean, 4), mean_trl_sc_over_trl_plain_95ci=[round(mean - half, 4),
-                                                                                            round(mean + half, 4)],
-                paired_trl_sc_over_trl_plain_at_equal_faults=round(1 + fit.intercept / base, 4),
-                paired_trl_sc_over_trl_plain_at_equal_faults_95ci=[round(1 + (fit.intercept - half_d) / base, 4),
-                                                                   round(1 + (fit.intercept + half_d) / base, 4)],
-                seconds_per_fault=fit.slope, median_extra_faults_trl_sc=statistics.median(df))
+    if n >= 3 and len(set(df)) > 1:
+        fit = stats.linregress(df, dt)
+        half_d = stats.t.ppf(0.975, n - 2) * fit.intercept_stderr
+        base = statistics.median(y["seconds"] for y in b)
+        out.update(paired_trl_sc_over_trl_plain_at_equal_faults=round(1 + fit.intercept / base, 4),
+                   paired_trl_sc_over_trl_plain_at_equal_faults_95ci=[round(1 + (fit.intercept - half_d) / base, 4),
+                                                                      round(1 + (fit.intercept + half_d) / base, 4)],
+                   seconds_per_fault=fit.slope)
+    return out
+
+
+def _cpu_features() -> list:
+    """Which of avx2, avx512f, avx512_bf16, amx_tile the CPU has (/proc/cpuinfo's flags; empty where there is none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f in flags]
 
 
 def main(argv=None) -> None:
@@ -204,7 +223,7 @@ def main(argv=None) -> None:
                          sampler="TorchSampler fp8 (emulated)", trainer_dtype="float32", optimizer=f"SGD lr {LR}",
                          rounds=args.rounds, warmup_rounds_dropped=1,
                          omp_threads=torch.get_num_threads(), torch=torch.__version__, trl=trl.__version__,
-                         cpu=_cpu_model(), cores=os.cpu_count(),
+                         cpu=_cpu_model(), cpu_features=_cpu_features(), cores=os.cpu_count(),
                          load_average_1min_before_after=[round(load0, 2), round(os.getloadavg()[0], 2)],
                          allocator={k: v for k, v in sorted(os.environ.items()) if k.startswith("MALLOC_")
                                     or k == "THP_MEM_ALLOC_ENABLE"})
