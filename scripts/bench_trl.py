@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import tempfile
@@ -44,6 +43,7 @@ import torch
 from transformers import PrinterCallback, TrainerCallback
 
 import scrl_min
+from scrl_min.driver import cpu_record
 from scrl_min.trl import task_trainer
 
 PROMPTS, GROUP, TOKENS, LR, SIGMA = 8, 4, 24, 0.5, 0.1
@@ -81,17 +81,6 @@ class _StepTimer(TrainerCallback):
 def _minor_faults() -> int:
     """This process's minor page faults so far (getrusage): each is a fresh page touched for the first time."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-
-def _cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (the platform's machine name where there is none)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 class ScrlMinArm:
@@ -143,17 +132,16 @@ def _paired_stats(a: list, b: list) -> dict:
     fields are null."""
     from scipy import stats
     ratios = [x["seconds"] / y["seconds"] for x, y in zip(a, b)]
+    dt = [x["seconds"] - y["seconds"] for x, y in zip(a, b)]
+    df = [x["minor_faults"] - y["minor_faults"] for x, y in zip(a, b)]
     n, mean = len(ratios), statistics.fmean(ratios)
     out = dict(mean_trl_sc_over_trl_plain=round(mean, 4), mean_trl_sc_over_trl_plain_95ci=None,
                paired_trl_sc_over_trl_plain_at_equal_faults=None,
                paired_trl_sc_over_trl_plain_at_equal_faults_95ci=None, seconds_per_fault=None,
-               median_extra_faults_trl_sc=statistics.median(x["minor_faults"] - y["minor_faults"]
-                                                            for x, y in zip(a, b)))
+               median_extra_faults_trl_sc=statistics.median(df))
     if n >= 2:
         half = stats.t.ppf(0.975, n - 1) * statistics.stdev(ratios) / n ** 0.5
         out["mean_trl_sc_over_trl_plain_95ci"] = [round(mean - half, 4), round(mean + half, 4)]
-    dt = [x["seconds"] - y["seconds"] for x, y in zip(a, b)]
-    df = [x["minor_faults"] - y["minor_faults"] for x, y in zip(a, b)]
     if n >= 3 and len(set(df)) > 1:
         fit = stats.linregress(df, dt)
         half_d = stats.t.ppf(0.975, n - 2) * fit.intercept_stderr
@@ -163,16 +151,6 @@ def _paired_stats(a: list, b: list) -> dict:
                                                                       round(1 + (fit.intercept + half_d) / base, 4)],
                    seconds_per_fault=fit.slope)
     return out
-
-
-def _cpu_features() -> list:
-    """Which of avx2, avx512f, avx512_bf16, amx_tile the CPU has (/proc/cpuinfo's flags; empty where there is none)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f in flags]
 
 
 def main(argv=None) -> None:
@@ -219,11 +197,12 @@ def main(argv=None) -> None:
                              rest(x)["rest"] / rest(y)["rest"] for x, y in zip(kept["trl_sc"], kept["trl_plain"])), 3),
                          **_paired_stats(kept["trl_sc"], kept["trl_plain"]))
     import trl
+    cpu = cpu_record()  # {"model", "isa", "torch"}
     res["config"] = dict(prompts=PROMPTS, group_size=GROUP, max_new_tokens=TOKENS, k=args.k, noise_std=SIGMA,
                          sampler="TorchSampler fp8 (emulated)", trainer_dtype="float32", optimizer=f"SGD lr {LR}",
                          rounds=args.rounds, warmup_rounds_dropped=1,
                          omp_threads=torch.get_num_threads(), torch=torch.__version__, trl=trl.__version__,
-                         cpu=_cpu_model(), cpu_features=_cpu_features(), cores=os.cpu_count(),
+                         cpu=cpu["model"], isa=cpu["isa"], cores=os.cpu_count(),
                          load_average_1min_before_after=[round(load0, 2), round(os.getloadavg()[0], 2)],
                          allocator={k: v for k, v in sorted(os.environ.items()) if k.startswith("MALLOC_")
                                     or k == "THP_MEM_ALLOC_ENABLE"})

@@ -31,9 +31,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_trl import TRLArm, _cpu_features, _cpu_model  # noqa: E402
+from bench_trl import TRLArm  # noqa: E402
 
 from scrl_min import gather_logprobs  # noqa: E402
+from scrl_min.driver import cpu_record  # noqa: E402
 
 
 def _median_ms(fn, reps: int) -> float:
@@ -107,9 +108,10 @@ def main(argv=None) -> None:
         res[f"k{k}"] = measure(k, args.reps)
         print(f"k = {k}: " + ", ".join(f"{name} {v}" for name, v in res[f"k{k}"].items()), flush=True)
     import trl
+    cpu = cpu_record()  # {"model", "isa", "torch"}
     res["config"] = dict(unit="ms, median over reps", reps=args.reps, omp_threads=torch.get_num_threads(),
-                         torch=torch.__version__, trl=trl.__version__, cpu=_cpu_model(), cpu_features=_cpu_features(),
-                         cores=os.cpu_count(),
+                         torch=torch.__version__, trl=trl.__version__, cpu=cpu["model"],
+                         isa=cpu["isa"], cores=os.cpu_count(),
                          load_average_1min_before_after=[round(load0, 2), round(os.getloadavg()[0], 2)])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=1))
