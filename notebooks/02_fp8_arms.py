@@ -66,7 +66,7 @@
 model = "default"  # policy: "default" (embedded tiny Qwen3) or a local checkpoint path / HF model id
 arms = ["bf16", "plain", "tis", "mis", "sc", "sc_mis"]  # arms compared (first: the reference, second: the uncorrected arm)
 seeds = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]  # paired seeds: each seed gives every arm the same prompts, sampling seeds and noise draw
-advantage_mode = "raw"  # raw (A = r) | signed | grpo | centered (the paper's ±1, group-centred, no std)
+advantage_mode = "raw"  # raw (A is r) | signed | grpo | centered (the paper's ±1, group-centred, no std)
 noise_std = 0.1  # sigma: relative weight noise on the FP8 sampler (mismatch severity)
 steps = 100  # RL steps per run
 prompts_per_step = 8  # distinct prompts per step

@@ -41,10 +41,10 @@
 # %% tags=["parameters"]
 # Parameters (papermill replaces this cell; CI shrinks it through notebooks/ci_parameters.yaml)
 model = "default"  # policy: "default" (embedded tiny Qwen3) or a local checkpoint path / HF model id
-arms = ["ref", "ref_sc", "plain", "sc", "ref_raw"]  # ref: bf16, σ = 0 · ref_sc: + SC · plain: FP8 + σ · sc: FP8 + σ + SC · ref_raw: ref with raw rewards
+arms = ["ref", "ref_sc", "plain", "sc", "ref_raw"]  # ref: bf16, σ 0 · ref_sc: + SC · plain: FP8 + σ · sc: FP8 + σ + SC · ref_raw: ref with raw rewards
 lrs = [0.5, 0.25]  # SGD learning rates (the first is the experiments' default)
 seeds = [0, 1, 2, 3]  # paired seeds
-advantage_mode = "signed"  # A = 2r − 1 (the puzzle's mode)
+advantage_mode = "signed"  # A is 2r − 1 (the puzzle's mode)
 noise_std = 0.1  # σ of the FP8 arms
 steps = 100  # RL steps per run
 prompts_per_step = 8  # distinct prompts per step

@@ -70,7 +70,7 @@ after_batches = 60  # batches of the cell at the policy after ref_steps updates
 placebo_batches = 10  # batches per sampler of the placebo
 placebo_more_batches = 40  # post hoc (added after the pre-registered run): further placebo batches per sampler, own cells; 0: none
 groups = 10  # batches of a cell are cached and resampled in this many groups (jackknife over groups)
-dose_offsets = [0.0, 0.1, 0.2, 0.5, 1.0]  # c of the dose series A = r + c (reward units)
+dose_offsets = [0.0, 0.1, 0.2, 0.5, 1.0]  # c of the dose series A is r + c (reward units)
 runs_dir = "runs/10_gradient_test"  # the reference run and the cached batches, relative to the repo root
 figures_dir = "runs/figures"  # figures and their numbers, relative to the repo root (`make reproduce-full` writes figures/)
 

@@ -52,7 +52,7 @@ severity_noise = [0.0, 0.05, 0.1, 0.2, 0.0]  # sigma of each rung: relative weig
 arms = ["plain", "mis", "sc"]  # arms at every rung (first: the uncorrected one); add "tis" for SC − TIS (20 runs more)
 contrasts = [["sc", "mis"], ["sc", "plain"]]  # paired differences a − b whose slope is tested
 seeds = [0, 1, 2, 3, 4]  # paired seeds
-advantage_mode = "raw"  # raw (A = r) | signed | grpo | centered
+advantage_mode = "raw"  # raw (A is r) | signed | grpo | centered
 steps = 100  # RL steps per run
 prompts_per_step = 8  # distinct prompts per step
 group_size = 4  # G: completions per prompt

@@ -171,7 +171,7 @@ prompts_per_step = 8  # distinct prompts per step
 group_size = 4  # G: completions per prompt
 max_new_tokens = 24  # completion budget, tokens
 lr = 0.5  # family A's SGD learning rate (notebook 02's)
-baseline_lr_scale = 0.5  # baseline arms: lr × this with A = 2(r − mean_G r), i.e. the step lr · (r − mean_G r)
+baseline_lr_scale = 0.5  # baseline arms: lr × this with A equal to 2(r − mean_G r): the step is lr · (r − mean_G r)
 eval_every = 10  # steps between clean evaluations of the trainer's own policy
 eval_prompts = 64  # held-out prompts in each clean evaluation, one completion each
 final_evals = 3  # last clean evaluations averaged into the final clean reward (secondary metric)

@@ -62,7 +62,7 @@ seed = 0  # seeds the sampler's weight noise, the drift batches and the held-out
 sampler_format = "fp8"  # the headline sampler: TorchSampler precision
 sampler_noise = 0.1  # σ: relative weight noise on the sampler
 lr = 0.5  # SGD learning rate of the training runs
-mean_advantage = 0.15  # E[A] under the constant reward (raw): the drift step is lr × E[A] × μ (lr E[A] = 0.075)
+mean_advantage = 0.15  # E[A] under the constant reward (raw): the drift step is lr × E[A] × μ (lr · E[A] is 0.075)
 k = 128  # SC's head, tokens
 max_new_tokens = 96  # completion budget of the length experiment, tokens
 prompts_per_step = 8  # distinct prompts per batch

@@ -22,8 +22,8 @@ records the command, the parameters, a fingerprint of the outputs and one of the
 saves other outputs). Only `make reproduce` uses it, together with notebooks/reproduce_parameters.yaml, whose
 parameters write figures/.
 
-`code_sha256` hashes the code cells as committed (code_fingerprint: markdown left out, so a prose edit does not
-count; the parameters cell in; papermill's injected cell out). tests/test_notebooks.py fails when a committed
+`code_sha256` hashes the code cells as committed (code_fingerprint: markdown and comments left out, so a prose or
+comment edit does not count; the parameters cell in; papermill's injected cell out). tests/test_notebooks.py fails when a committed
 notebook's code no longer hashes to it, unless notebooks/stale.yaml lists the notebook and what changed since
 its outputs were made (the next rerun of that notebook removes the line).
 """
@@ -102,10 +102,33 @@ def outputs_fingerprint(nb) -> str:
 
 def code_cells(nb) -> list[str]:
     """The sources of a notebook's code cells, as code_fingerprint reads them: papermill's injected-parameters
-    cell left out, each line without trailing whitespace, each cell without leading or trailing blank lines."""
-    return ["\n".join(line.rstrip() for line in _joined(c["source"]).splitlines()).strip("\n")
-            for c in nb["cells"] if c["cell_type"] == "code"
+    cell left out, comments left out (`_without_comments`), each line without trailing whitespace, blank lines
+    outside strings left out."""
+    return [_without_comments(_joined(c["source"])) for c in nb["cells"] if c["cell_type"] == "code"
             and "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
+
+
+def _without_comments(source: str) -> str:
+    """A cell's code without its comments: each `#` comment cut from its line, then the lines that hold no code
+    (blank, or a comment only) dropped and trailing whitespace stripped; a string's lines are kept as they are, a
+    `#` inside a string is not a comment. A comment cannot change what a cell computes, so editing one does not
+    make a notebook's outputs stale. Source Python's tokenizer cannot read (a shell `!` line) is only stripped of
+    trailing whitespace and blank lines."""
+    import io
+    import tokenize
+
+    lines = source.split("\n")  # as the tokenizer's readline splits them
+    keep, cut = set(), {}  # line numbers (1-based) holding code; where a line's comment starts
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.COMMENT:
+                cut[tok.start[0]] = tok.start[1]
+            elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+                                  tokenize.ENDMARKER):
+                keep.update(range(tok.start[0], tok.end[0] + 1))
+    except (tokenize.TokenError, SyntaxError):
+        return "\n".join(line.rstrip() for line in lines if line.strip())
+    return "\n".join(lines[i - 1][:cut.get(i)].rstrip() for i in sorted(keep))
 
 
 def code_fingerprint(nb) -> str:

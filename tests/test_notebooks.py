@@ -131,8 +131,8 @@ def test_stale_notebooks_exist_and_say_why():
 
 def test_check_fails_when_a_code_cell_changes(tmp_path):
     """On a copy of a notebook whose committed code made its outputs: one changed code cell fails the check,
-    naming the notebook; a markdown edit or trailing whitespace does not; listed as stale, the changed copy
-    passes and the unchanged one fails."""
+    naming the notebook; a markdown edit, a comment or trailing whitespace does not; listed as stale, the changed
+    copy passes and the unchanged one fails."""
     path = next(p for p in NOTEBOOKS if p.stem not in STALE and p.stem not in PENDING)
     copy = tmp_path / path.name
     shutil.copy(path, copy)
@@ -142,7 +142,8 @@ def test_check_fails_when_a_code_cell_changes(tmp_path):
         check_code_made_the_outputs(nb, path.stem, {path.stem: "listed"})
     next(c for c in nb.cells if c.cell_type == "markdown").source += "\n\nOne more sentence."
     code = [c for c in nb.cells if c.cell_type == "code"]
-    code[-1].source += "   \n\n"
+    code[-1].source += "   \n\n# a comment line\n"
+    code[0].source = code[0].source.replace("\n", "  # an inline comment\n", 1)
     nbformat.write(nb, copy)
     check_code_made_the_outputs(nbformat.read(copy, as_version=4), path.stem, STALE)
     code[-1].source += "\nprint('changed')"
@@ -151,6 +152,21 @@ def test_check_fails_when_a_code_cell_changes(tmp_path):
     with pytest.raises(AssertionError, match=f"{path.stem}: its code cells are not those that made"):
         check_code_made_the_outputs(nb, path.stem, STALE)
     check_code_made_the_outputs(nb, path.stem, {path.stem: "code cell N changed in commit abc123"})
+
+
+def test_code_fingerprint_ignores_comments_only():
+    """Comments and blank lines leave the fingerprint as it is; code, and a `#` or a blank line inside a string (what
+    the cell prints), change it."""
+    def fp(*sources):
+        return run_notebooks.code_fingerprint(nbformat.v4.new_notebook(
+            cells=[nbformat.v4.new_code_cell(s) for s in sources]))
+
+    base = fp('x = 1\ns = """a\n\nb"""\nprint(x, s, "#")', "y = 2")
+    assert fp('# set x\nx = 1  # one = 1\n\ns = """a\n\nb"""  # c\nprint(x, s, "#")  # d\n', "\ny = 2\n# e") == base
+    assert fp('x = 1\ns = """a\nb"""\nprint(x, s, "#")', "y = 2") != base
+    assert fp('x = 1\ns = """a\n\nb"""\nprint(x, s, "# c")', "y = 2") != base
+    assert fp('x = 2\ns = """a\n\nb"""\nprint(x, s, "#")', "y = 2") != base
+    assert fp('x = 1\ns = """a\n\nb"""\nprint(x, s, "#")', "y = 2", "") != base  # one more cell
 
 
 def test_runner_records_the_committed_code(tmp_path):
@@ -212,6 +228,18 @@ def test_default_parameters_write_only_under_runs(path):
     assert all(Path(v).parts[:2] == ("runs", "ci") for v in ci[path.stem].values() if isinstance(v, str)
                and v.startswith(("runs", "figures")))
     assert "runs/" in (REPO / ".gitignore").read_text().split()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_papermill_reads_every_parameter(path):
+    """`papermill --help-notebook` and papermill's own inspection list every parameter of the notebook with its
+    default: papermill reads a parameter line through a pattern that fails on some comments (one with an `=` in it),
+    and then leaves that parameter out with a warning."""
+    import papermill
+
+    ours = run_notebooks.notebook_parameters(path)
+    theirs = papermill.inspect_notebook(str(path))
+    assert sorted(theirs) == sorted(ours), f"{path.name}: papermill does not read {sorted(set(ours) - set(theirs))}"
 
 
 def test_ci_parameters_name_real_parameters():
