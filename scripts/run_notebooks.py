@@ -109,16 +109,19 @@ def code_cells(nb) -> list[str]:
 
 
 def _without_comments(source: str) -> str:
-    """A cell's code without its comments: each `#` comment cut from its line, then the lines that hold no code
-    (blank, or a comment only) dropped and trailing whitespace stripped; a string's lines are kept as they are, a
-    `#` inside a string is not a comment. A comment cannot change what a cell computes, so editing one does not
-    make a notebook's outputs stale. Source Python's tokenizer cannot read (a shell `!` line) is only stripped of
-    trailing whitespace and blank lines."""
+    """A cell's code without its comments: each `#` comment (as Python's tokenizer finds it: a `#` inside a string is
+    not one) cut from its line, trailing whitespace stripped, and the lines that hold no code (blank, or a comment
+    only) dropped; the lines a multi-line string spans up to its closing line are kept exactly as they are. A
+    comment cannot change what a cell computes, so editing one does not make a notebook's outputs stale. Not
+    Python, so nothing cut as a comment: an IPython shell or magic line (`!…`, `%…`) is kept whole; a cell magic
+    (`%%…`) and a cell the tokenizer cannot read keep every line but blank ones, stripped of trailing whitespace."""
     import io
     import tokenize
 
     lines = source.split("\n")  # as the tokenizer's readline splits them
-    keep, cut = set(), {}  # line numbers (1-based) holding code; where a line's comment starts
+    if source.lstrip().startswith("%%"):
+        return "\n".join(line.rstrip() for line in lines if line.strip())
+    keep, exact, cut = set(), set(), {}  # rows (1-based) holding code; rows inside a string; where a comment starts
     try:
         for tok in tokenize.generate_tokens(io.StringIO(source).readline):
             if tok.type == tokenize.COMMENT:
@@ -126,9 +129,16 @@ def _without_comments(source: str) -> str:
             elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
                                   tokenize.ENDMARKER):
                 keep.update(range(tok.start[0], tok.end[0] + 1))
+                exact.update(range(tok.start[0], tok.end[0]))  # a string's rows before its last: its own text
     except (tokenize.TokenError, SyntaxError):
         return "\n".join(line.rstrip() for line in lines if line.strip())
-    return "\n".join(lines[i - 1][:cut.get(i)].rstrip() for i in sorted(keep))
+    out = []
+    for i in sorted(keep):
+        line = lines[i - 1]
+        if i not in exact and not line.lstrip().startswith(("!", "%")):
+            line = line[:cut.get(i)].rstrip()
+        out.append(line)
+    return "\n".join(out)
 
 
 def code_fingerprint(nb) -> str:

@@ -155,8 +155,8 @@ def test_check_fails_when_a_code_cell_changes(tmp_path):
 
 
 def test_code_fingerprint_ignores_comments_only():
-    """Comments and blank lines leave the fingerprint as it is; code, and a `#` or a blank line inside a string (what
-    the cell prints), change it."""
+    """Comments and blank lines leave the fingerprint as it is; code, a `#`, a blank line or whitespace inside a string
+    (what the cell prints), and a `#` in a shell or magic line change it."""
     def fp(*sources):
         return run_notebooks.code_fingerprint(nbformat.v4.new_notebook(
             cells=[nbformat.v4.new_code_cell(s) for s in sources]))
@@ -167,6 +167,11 @@ def test_code_fingerprint_ignores_comments_only():
     assert fp('x = 1\ns = """a\n\nb"""\nprint(x, s, "# c")', "y = 2") != base
     assert fp('x = 2\ns = """a\n\nb"""\nprint(x, s, "#")', "y = 2") != base
     assert fp('x = 1\ns = """a\n\nb"""\nprint(x, s, "#")', "y = 2", "") != base  # one more cell
+    assert fp('x = 1\ns = """a   \n\nb"""\nprint(x, s, "#")', "y = 2") != base  # whitespace inside a string
+    assert fp('x = 1\ns = """a\n  \nb"""\nprint(x, s, "#")', "y = 2") != base
+    # shell, line and cell magics are not Python: a '#' there is not a comment
+    assert fp("!echo a#b") != fp("!echo a#c") and fp("%env TAG=a#1") != fp("%env TAG=a#2")
+    assert fp("%%writefile x.sh\n#!/bin/sh\necho") != fp("%%writefile x.sh\n#!/bin/bash\necho")
 
 
 def test_runner_records_the_committed_code(tmp_path):
