@@ -120,6 +120,9 @@
 # AUC with 80% power even at Holm's strictest level (α/4); B3's power is at most 0.55 (the formula at Holm's last
 # step, α), so it is expected not decided, and is reported with the seeds that would decide it.
 #
+# *Note added 2026-12-05, after the runs (the paragraph above is left as committed):* the runs took about 5 hours
+# on an AMD EPYC with AVX-512 and no AMX (first cell), a CPU that the estimate above does not name.
+#
 # **Expected results, written before any run.** From notebook 02's 24 runs (both CPU models) and notebooks 06,
 # 09 and 11:
 # * A1 *reproduced*, about −0.17 on the AUC (02: −0.166); A2 *reproduced*, about +0.19 (02: +0.186).

@@ -110,6 +110,13 @@ def main(argv=None) -> None:
         grad_mode(args)
     if args.steps > 0:
         train_mode(args)
+    # Both processes leave together and take the process group down while Python is whole: a rank that exits first
+    # with gloo's worker threads still alive can abort at interpreter shutdown ("terminate called without an active
+    # exception", SIGABRT, after its work is done; PyTorch's documented shutdown is destroy_process_group at the end
+    # of main). Only after both parts succeeded: after an error the other rank may never reach the barrier
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

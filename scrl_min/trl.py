@@ -445,7 +445,7 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
             vg.logprobs = self.k
             if vg.mode == "colocate" and "stop" not in vg.generation_kwargs:
                 # TRL reads token ids only; detokenized, each of the k + 1 log-prob entries per token is decoded on
-                # its own (1.4× TRL's generation time at k = 128 here: scripts/bench_trl_vllm.py). A copy: the
+                # its own (1.43× TRL's generation time at k = 128 in one CPU run: docs/trl.md, "Cost"). A copy: the
                 # config's own dict stays as the user wrote it
                 vg.generation_kwargs = {"detokenize": False, **vg.generation_kwargs}
             self._check_engine()
