@@ -225,11 +225,12 @@ print(f"saved {figures_dir}/05_score_centering_in_trl.png and {figures_dir}/05_s
 # * **Both arms learn; which one ends higher in one seed is noise.** The arms share step 1 exactly (same seed, same
 #   sampler noise) and part from step 2. At lr 0.5 either arm can fall into a low-entropy policy within 30 steps and
 #   recover or not, and which one does changes with float round-off: runs of this notebook on other CPUs and code
-#   versions have had plain ahead and SC ahead. The run shown here (an AMD EPYC) ends with plain ahead, 0.56 against
+#   versions have had plain ahead and SC ahead. The run shown here (e074688, 2026-12-03, an AMD EPYC; which of the
+#   project's two EPYCs is not recorded) ends with plain ahead, 0.56 against
 #   0.30 over the last 10 steps, SC's entropy down to 0.7 nats; the run committed before it, with the same seed on an
 #   Intel Xeon with AMX, ended the other way round (SC 0.56, plain 0.26), its first batch already different (745
-#   generated tokens, 739 here); and the code before SC's head log-probs were computed from TRL's log p(y), on this
-#   CPU, gave the same plain arm step for step but SC 0.43 (a 1e-7 relative change of step 1's gradient, another
+#   generated tokens, 739 here); and the code before SC's head log-probs were computed from TRL's log p(y), on the
+#   same CPU, gave the same plain arm step for step but SC 0.43 (a 1e-7 relative change of step 1's gradient, another
 #   path from step 2). This single-seed run is evidence for neither arm; the curves above are this run's, and the
 #   paired-seed comparisons are notebooks 02, 06 and 11.
 # * **Why this says little about score centering.** Advantages here are group-normalized (TRL always subtracts the
