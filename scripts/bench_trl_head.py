@@ -20,10 +20,12 @@ cores. One step = forward + backward of the loss from the final hidden states, i
 The sampler's head: the top-k of q = softmax(z + noise) (noise std --noise on every logit), y drawn from q.
 
 Timing: arms alternate in one process (order flipped every rep), --reps timed reps after a warm-up; the paired
-number is the median over reps of trl_sc / trl. Peak memory: each arm once more in a fresh subprocess, its peak RSS
+number is the median over reps of trl_sc / trl (and the mean of those per-rep ratios with its 95% t-interval, a
+rep one unit). Peak memory: each arm once more in a fresh subprocess, its peak RSS
 (VmHWM, reset once the inputs exist) above the inputs. The 1-minute load average before and after is recorded.
 
     OMP_NUM_THREADS=2 python scripts/bench_trl_head.py --reps 6 --out figures/bench_trl_head.json
+    OMP_NUM_THREADS=2 python scripts/bench_trl_head.py --reps 12 --arms trl,trl_sc,sc_only --out figures/bench_trl_head_r12.json
     OMP_NUM_THREADS=2 python scripts/bench_trl_head.py --reps 2 --arms trl,trl_sc_old   (the earlier path)
     THP_MEM_ALLOC_ENABLE=1 OMP_NUM_THREADS=2 python scripts/bench_trl_head.py --out figures/bench_trl_head_thp.json
 
@@ -34,11 +36,11 @@ records it and the kernel's THP mode.
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
 from contextlib import nullcontext
+from typing import Optional
 
 import torch
 from trl.kernels import ChunkedLogProbFunction
@@ -48,6 +50,7 @@ from scrl_min.trl import centering_head_logprobs, head_logit_gaps
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_centering import peak_memory_children, report, shape_arguments, status_mb  # noqa: E402
+from scrl_min.driver import cpu_record  # noqa: E402
 
 TRL_CHUNK = 32768  # TRL's _CHUNKED_LOGPROB_CHUNK_SIZE (trl 1.16): vocabulary columns per tile
 
@@ -129,6 +132,18 @@ def memory_child(args) -> None:
                       "extra_mb": round(status_mb("VmHWM") - base, 1)}))
 
 
+def _mean_interval(ratios: list) -> Optional[list]:
+    """[mean, lower, upper] of per-rep paired ratios: the mean with its 95% t-interval over reps (a rep is one unit);
+    None with fewer than 3 reps."""
+    if len(ratios) < 3:
+        return None
+    from scipy import stats
+
+    m, se = statistics.mean(ratios), statistics.stdev(ratios) / len(ratios) ** 0.5
+    h = stats.t.ppf(0.975, len(ratios) - 1) * se
+    return [round(m, 4), round(m - h, 4), round(m + h, 4)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     shape_arguments(ap)
@@ -169,20 +184,23 @@ def main() -> None:
             print(f"  rep {rep} {arm:10s} {dt:7.2f} s", flush=True)
     med = {a: statistics.median(ts) for a, ts in times.items()}
     paired = {a: statistics.median(x / y for x, y in zip(times[a], times["trl"])) for a in arms[1:]}
+    interval = {a: _mean_interval([x / y for x, y in zip(times[a], times["trl"])]) for a in arms[1:]}
     # sc_only's stand-in ∂W is not the step's memory
     memory = peak_memory_children(__file__, [a for a in arms if a != "sc_only"], args, "--noise", str(args.noise))
     import trl
+    cpu = cpu_record()  # {"model", "isa", "torch"}
     try:
         thp_mode = open("/sys/kernel/mm/transparent_hugepage/enabled").read().strip()
     except OSError:
         thp_mode = None
     result = dict(shape=shape, threads=torch.get_num_threads(), torch=torch.__version__, trl=trl.__version__,
-                  cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
+                  cpu=cpu["model"], isa=cpu["isa"], cores=os.cpu_count(),
                   allocator=dict(THP_MEM_ALLOC_ENABLE=os.environ.get("THP_MEM_ALLOC_ENABLE"), kernel_thp=thp_mode),
                   load_average_1min_before_after=[round(load0, 2), round(os.getloadavg()[0], 2)],
                   times_s={a: [round(t, 3) for t in ts] for a, ts in times.items()},
                   median_s={a: round(m, 3) for a, m in med.items()},
                   paired_ratio_over_trl={a: round(r, 4) for a, r in paired.items()},
+                  paired_ratio_mean_95={a: v for a, v in interval.items()},
                   full_softmax_rows=dict(per_step=full_rows[-1] if full_rows else None, tokens=args.tokens),
                   peak_memory_mb=memory)
     report(result, args.out)
