@@ -140,7 +140,7 @@ def _paired_stats(a: list, b: list) -> dict:
                paired_trl_sc_over_trl_plain_at_equal_faults_95ci=None, seconds_per_fault=None,
                median_extra_faults_trl_sc=statistics.median(df))
     if n >= 2:
-        half = stats.t.ppf(0.975, n - 1) * statistics.stdev(ratios) / n ** 0.5
+        half = float(scrl_min.mean_ci95(ratios)[1])
         out["mean_trl_sc_over_trl_plain_95ci"] = [round(mean - half, 4), round(mean + half, 4)]
     if n >= 3 and len(set(df)) > 1:
         fit = stats.linregress(df, dt)

@@ -46,11 +46,11 @@ import torch
 from trl.kernels import ChunkedLogProbFunction
 
 import scrl_min
+from scrl_min.driver import cpu_record
 from scrl_min.trl import centering_head_logprobs, head_logit_gaps
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_centering import peak_memory_children, report, shape_arguments, status_mb  # noqa: E402
-from scrl_min.driver import cpu_record  # noqa: E402
 
 TRL_CHUNK = 32768  # TRL's _CHUNKED_LOGPROB_CHUNK_SIZE (trl 1.16): vocabulary columns per tile
 
@@ -133,14 +133,11 @@ def memory_child(args) -> None:
 
 
 def _mean_interval(ratios: list) -> Optional[list]:
-    """[mean, lower, upper] of per-rep paired ratios: the mean with its 95% t-interval over reps (a rep is one unit);
-    None with fewer than 3 reps."""
+    """[mean, lower, upper] of per-rep paired ratios: the mean with its 95% t-interval over reps (a rep is one unit,
+    `scrl_min.mean_ci95`); None with fewer than 3 reps."""
     if len(ratios) < 3:
         return None
-    from scipy import stats
-
-    m, se = statistics.mean(ratios), statistics.stdev(ratios) / len(ratios) ** 0.5
-    h = stats.t.ppf(0.975, len(ratios) - 1) * se
+    m, h = (float(v) for v in scrl_min.mean_ci95(ratios))
     return [round(m, 4), round(m - h, 4), round(m + h, 4)]
 
 
@@ -183,8 +180,9 @@ def main() -> None:
             full_rows += [info["full_rows"]] if "full_rows" in info else []
             print(f"  rep {rep} {arm:10s} {dt:7.2f} s", flush=True)
     med = {a: statistics.median(ts) for a, ts in times.items()}
-    paired = {a: statistics.median(x / y for x, y in zip(times[a], times["trl"])) for a in arms[1:]}
-    interval = {a: _mean_interval([x / y for x, y in zip(times[a], times["trl"])]) for a in arms[1:]}
+    ratios = {a: [x / y for x, y in zip(times[a], times["trl"])] for a in arms[1:]}  # per rep, over trl's
+    paired = {a: statistics.median(r) for a, r in ratios.items()}
+    interval = {a: _mean_interval(r) for a, r in ratios.items()}
     # sc_only's stand-in ∂W is not the step's memory
     memory = peak_memory_children(__file__, [a for a in arms if a != "sc_only"], args, "--noise", str(args.noise))
     import trl

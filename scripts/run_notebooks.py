@@ -119,8 +119,9 @@ def _without_comments(source: str) -> str:
     import tokenize
 
     lines = source.split("\n")  # as the tokenizer's readline splits them
+    as_text = "\n".join(line.rstrip() for line in lines if line.strip())  # not Python: every non-blank line
     if source.lstrip().startswith("%%"):
-        return "\n".join(line.rstrip() for line in lines if line.strip())
+        return as_text
     keep, exact, cut = set(), set(), {}  # rows (1-based) holding code; rows inside a string; where a comment starts
     try:
         for tok in tokenize.generate_tokens(io.StringIO(source).readline):
@@ -131,7 +132,7 @@ def _without_comments(source: str) -> str:
                 keep.update(range(tok.start[0], tok.end[0] + 1))
                 exact.update(range(tok.start[0], tok.end[0]))  # a string's rows before its last: its own text
     except (tokenize.TokenError, SyntaxError):
-        return "\n".join(line.rstrip() for line in lines if line.strip())
+        return as_text
     out = []
     for i in sorted(keep):
         line = lines[i - 1]
