@@ -666,8 +666,8 @@ print(f"notebook run time (after imports): {time.perf_counter() - t_start:.1f} s
 #   estimate (1.0e-3 of 1.2e-3 for FP8, 0.0123 of 0.0136 with σ = 0.1, 4.1e-3 of 4.5e-3 for vLLM
 #   fp8_kv at T = 1); the $k_1$ estimate is the noisiest (vLLM bf16 at T = 0.7: 7.6e-4 against $k_3$
 #   8.9e-5).
-# - **Time** (the most machine-bound number here; the mismatches above move slightly by CPU too). Generating the 128 completions
-#   with top-128 log-probs took 0.6 to 0.9 s for each torch sampler (3300-4900 tokens/s) and 0.5 s for
+# - **Time** (the most machine-bound number here; the mismatches above move slightly by CPU too).
+#   Generating the 128 completions with top-128 log-probs took 0.6 to 0.9 s for each torch sampler (3300-4900 tokens/s) and 0.5 s for
 #   vLLM (about 6000 tokens/s, bf16 or fp8_kv), after 0.4-5 s of engine start and verified push. On this
 #   CPU (AMX) vLLM is the faster sampler; on an AVX2-only AMD EPYC it was the slower one (330 tokens/s).
 # - **Severity as real numerics** (section 5, T = 1; mean $|\Delta|$ / KL $k_3$, float32 KV cache →

@@ -902,8 +902,8 @@ print(f"wrote {figures_dir}/10_gradient_test.{{png,json}} and 10_placebo.{{png,j
 # notebooks/reproduce_full_parameters.yaml --commit-outputs`), numbers from the outputs above. The design
 # and predictions above were committed first (commits 13c6bd3 and a95d380, "pre-registration, before the
 # run"). The pre-registered 496 batches took 1,184 s (the notebook 1,212 s) with `OMP_NUM_THREADS=1` under
-# `nice` on 2 cores of an AMD EPYC (the JSON's `cpu`) shared with other jobs. A second run added the post hoc placebo cells
-# (160 batches, 734 s, shown above) and read everything else back from `runs/10_gradient_test/`.
+# `nice` on 2 cores of an AMD EPYC (the JSON's `cpu`) shared with other jobs. A second run added the post hoc
+# placebo cells (160 batches, 734 s, shown above) and read everything else back from `runs/10_gradient_test/`.
 #
 # * **The primary is decided: SC's update is closer to the on-policy gradient than MIS's**, by the amount
 #   the variance argument predicts. At FP8 + σ 0.1, the starting policy, raw advantages and the trainer's

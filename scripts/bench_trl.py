@@ -21,8 +21,8 @@ JSON, with the minor page faults each step took). Results go to stdout and to --
 
 glibc's malloc returns freed memory at the top of its heap to the OS once it exceeds a threshold, and serves large
 blocks from fresh mmap'd pages until its dynamic threshold rises; each fresh page costs a minor fault when first
-written (about 2 µs on the AMD EPYC with AVX-512 of docs/benchmarks.md's run), and how many a step takes depends on the heap's layout, which every allocation moves: from
-about 15,000 to over 100,000 a step in either TRL arm. The JSON records them, and the difference SC makes at equal
+written (about 2 µs on the AMD EPYC with AVX-512 of docs/benchmarks.md's run), and how many a step takes depends on
+the heap's layout, which every allocation moves: from about 15,000 to over 100,000 a step in either TRL arm. The JSON records them, and the difference SC makes at equal
 faults (`_paired_stats`). Fixing the thresholds makes every arm reuse its memory (glibc's own settings, recorded under
 "allocator" in the JSON; docs/benchmarks.md has both runs):
 

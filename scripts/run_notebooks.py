@@ -23,8 +23,8 @@ saves other outputs). Only `make reproduce` uses it, together with notebooks/rep
 parameters write figures/.
 
 `code_sha256` hashes the code cells as committed (code_fingerprint: markdown and comments left out, so a prose or
-comment edit does not count; the parameters cell in; papermill's injected cell out). tests/test_notebooks.py fails when a committed
-notebook's code no longer hashes to it, unless notebooks/stale.yaml lists the notebook and what changed since
+comment edit does not count; the parameters cell in; papermill's injected cell out). tests/test_notebooks.py fails
+when a committed notebook's code no longer hashes to it, unless notebooks/stale.yaml lists the notebook and what changed since
 its outputs were made (the next rerun of that notebook removes the line).
 """
 from __future__ import annotations

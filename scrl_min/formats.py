@@ -122,8 +122,8 @@ _FP8_TABLES = {dt: torch.arange(256, dtype=torch.uint8).view(dt).float() for dt 
 
 def code_values(codes: torch.Tensor) -> torch.Tensor:
     """codes (any shape, a GRIDS storage dtype) → float32 values. A float8 → float32 cast is slow on
-    CPUs without FP8 instructions (about 4 ns an element on an Intel Xeon with AMX), so float8 codes are looked up in a
-    256-entry table of every bit pattern's value instead: the same numbers, 2-3x faster."""
+    CPUs without FP8 instructions (about 4 ns an element on an Intel Xeon with AMX), so float8 codes are
+    looked up in a 256-entry table of every bit pattern's value instead: the same numbers, 2-3x faster."""
     if codes.dtype in _FP8_TABLES:
         return torch.take(_FP8_TABLES[codes.dtype], codes.view(torch.uint8).long())
     return codes.float()
