@@ -20,8 +20,8 @@ from .formats import (FORMATS, GRIDS, KV_CACHES, KV_SCALE, PRECISIONS, QuantLine
                       fp8_kv_cache, fp8_kv_round, quantize, reserved_kv_cache)
 from .torch_sampler import TorchSampler
 from .vllm_engine import PROBE_TOL, VLLMSampler, cpu_supports_fp8_kv, dense_from_flat, vllm_precision_for
-from .driver import (ARMS, EVAL_SEED, TrainConfig, Trainer, arm_config, config_id, load_policy, parallel_map,
-                     progress_bar, read_metrics, run_grid, train, train_many, with_run_dir)
+from .driver import (ARMS, EVAL_SEED, TrainConfig, Trainer, arm_config, config_id, cpu_record, load_policy,
+                     parallel_map, progress_bar, read_metrics, run_grid, train, train_many, with_run_dir)
 from .drift import eos_stats, expected_update, iterate_drift, iterated_drift_runs
 from .stats import (ARM_COLORS, COLLAPSE_STD, band_plot, check_layout, collapsed, curve_auc, eval_curve,
                     final_reward, holm, mcnemar_exact, mean_ci95, moving_average, p_text, paired_contrasts)
@@ -38,7 +38,8 @@ __all__ = [
     "FORMATS", "KV_CACHES", "PRECISIONS", "PROBE_TOL", "QuantLinear", "TorchSampler", "VLLMSampler",
     "cpu_supports_fp8_kv", "dense_from_flat", "dequantize", "vllm_precision_for",
     # runs (driver.py)
-    "ARMS", "EVAL_SEED", "TrainConfig", "Trainer", "arm_config", "load_policy", "progress_bar", "run_grid", "train_many",
+    "ARMS", "EVAL_SEED", "TrainConfig", "Trainer", "arm_config", "cpu_record", "load_policy", "progress_bar", "run_grid",
+    "train_many",
     "with_run_dir",
     # the drift alone (drift.py)
     "eos_stats", "expected_update", "iterated_drift_runs",
