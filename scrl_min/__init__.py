@@ -23,8 +23,9 @@ from .vllm_engine import PROBE_TOL, VLLMSampler, cpu_supports_fp8_kv, dense_from
 from .driver import (ARMS, EVAL_SEED, TrainConfig, Trainer, arm_config, config_id, cpu_record, load_policy,
                      parallel_map, progress_bar, read_metrics, run_grid, train, train_many, with_run_dir)
 from .drift import eos_stats, expected_update, iterate_drift, iterated_drift_runs
-from .stats import (ARM_COLORS, COLLAPSE_STD, band_plot, check_layout, collapsed, curve_auc, eval_curve,
-                    final_reward, holm, mcnemar_exact, mean_ci95, moving_average, p_text, paired_contrasts)
+from .stats import (ALPHA, ARM_COLORS, COLLAPSE_STD, MARGIN, band_plot, check_layout, collapsed, curve_auc,
+                    eval_curve, final_reward, heterogeneity, holm, mcnemar_exact, mean_ci95, moving_average, p_text,
+                    paired_contrasts, paired_test, seeds_to_decide, test_family)
 
 # what the notebooks and scripts import (tests/test_structure.py checks that the list is exactly that)
 __all__ = [
@@ -39,11 +40,11 @@ __all__ = [
     "cpu_supports_fp8_kv", "dense_from_flat", "dequantize", "vllm_precision_for",
     # runs (driver.py)
     "ARMS", "EVAL_SEED", "TrainConfig", "Trainer", "arm_config", "cpu_record", "load_policy", "progress_bar", "run_grid",
-    "train_many",
-    "with_run_dir",
+    "train_many", "with_run_dir",
     # the drift alone (drift.py)
     "eos_stats", "expected_update", "iterated_drift_runs",
     # statistics and figures (stats.py)
-    "ARM_COLORS", "COLLAPSE_STD", "band_plot", "check_layout", "collapsed", "curve_auc", "eval_curve", "final_reward",
-    "holm", "mcnemar_exact", "mean_ci95", "moving_average", "p_text", "paired_contrasts",
+    "ALPHA", "ARM_COLORS", "COLLAPSE_STD", "MARGIN", "band_plot", "check_layout", "collapsed", "curve_auc", "eval_curve",
+    "final_reward", "heterogeneity", "holm", "mcnemar_exact", "mean_ci95", "moving_average", "p_text", "paired_contrasts",
+    "paired_test", "seeds_to_decide", "test_family",
 ]

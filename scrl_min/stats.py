@@ -4,7 +4,8 @@ deck compute from the metrics records of finished runs. Nothing here trains; the
 
 Reading order: `mean_ci95` (a mean over seeds with its 95% t interval) · `eval_curve`,
 `moving_average` (curves of one run) · `final_reward`, `curve_auc`, `collapsed` (one number per run) ·
-`p_text`, `holm`, `paired_contrasts`, `mcnemar_exact` (arms compared over paired seeds) · `ARM_COLORS`,
+`p_text`, `holm`, `paired_contrasts`, `mcnemar_exact` (arms compared over paired seeds) · the inference rule of
+the pre-registered notebooks: `paired_test`, `seeds_to_decide`, `test_family`, `heterogeneity` · `ARM_COLORS`,
 `band_plot`, `check_layout` (figures fit for a slide).
 """
 from __future__ import annotations
@@ -147,6 +148,122 @@ def mcnemar_exact(a, b) -> dict:
     n_ab, n_ba = int((a & ~b).sum()), int((~a & b).sum())
     p = 1.0 if n_ab + n_ba == 0 else float(stats.binomtest(n_ab, n_ab + n_ba, 0.5).pvalue)
     return dict(a_only=n_ab, b_only=n_ba, p=p)
+
+
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+# The inference rule of the pre-registered notebooks (docs/verdict.md): one paired test per claim, as its
+# wording needs; Holm's step-down within the family a notebook pre-registered; statuses from Holm's adjusted p
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+MARGIN = 0.05  # equivalence margin ±, non-inferiority margin −, in the metric's units (reward: AUC, final reward)
+ALPHA = 0.05  # family-wise error rate of each Holm family
+TESTS = ("less", "greater", "noninferior", "equivalent")
+CLAIM_STATUS = {"less": "reproduced", "greater": "reproduced", "equivalent": "equivalent within ±{margin:g}",
+                "noninferior": "non-inferior at −{margin:g}"}
+
+
+def paired_test(d, test: str, margin: float = MARGIN) -> float:
+    """p value of one paired t test over seeds (Student t, n − 1 degrees of freedom).
+
+    d: (n,) per-seed differences a − b. test: 'less' (H1: mean < 0), 'greater' (H1: mean > 0), 'noninferior'
+    (H1: mean > −margin), 'equivalent' (H1: |mean| < margin; TOST: the larger p of H0 mean ≤ −margin and H0
+    mean ≥ +margin, Schuirmann 1987). With zero spread the p is 0 or 1 by the side the mean lies on.
+    Raises ScrlError for fewer than 2 seeds or an unknown test."""
+    from scipy import stats
+
+    d = np.asarray(d, dtype=float)
+    if len(d) < 2:
+        raise ScrlError(f"a paired test needs at least 2 seeds, got {len(d)}")
+    if test not in TESTS:
+        raise ScrlError(f"unknown test {test!r}; choose one of {TESTS}")
+    se, df = d.std(ddof=1) / math.sqrt(len(d)), len(d) - 1
+
+    def above(null):  # p of H0: mean <= null against H1: mean > null
+        return float(d.mean() <= null) if se == 0 else float(stats.t.sf((d.mean() - null) / se, df))
+
+    def below(null):  # p of H0: mean >= null against H1: mean < null
+        return float(d.mean() >= null) if se == 0 else float(stats.t.cdf((d.mean() - null) / se, df))
+
+    return {"less": lambda: below(0.0), "greater": lambda: above(0.0), "noninferior": lambda: above(-margin),
+            "equivalent": lambda: max(above(-margin), below(margin))}[test]()
+
+
+def seeds_to_decide(sd: float, effect: float, level: float, power: float = 0.8):
+    """Paired seeds a one-sided t test at `level` needs for `power` when the true mean lies `effect` beyond the
+    null's edge and the per-seed sd of the differences is `sd` (same units): the smallest n with
+    (t_{1−level, n−1} + t_{power, n−1}) · sd / √n ≤ effect. None when effect ≤ 0 or sd = 0. At the observed mean
+    this is biased toward small n for an undecided row; pass a pre-registered effect for a planning number."""
+    from scipy import stats
+
+    if effect <= 0 or sd == 0:
+        return None
+    return next((n for n in range(2, 100_000)
+                 if (stats.t.ppf(1 - level, n - 1) + stats.t.ppf(power, n - 1)) * sd / math.sqrt(n) <= effect), None)
+
+
+def test_family(values: dict, hypotheses: list, margin: float = MARGIN, alpha: float = ALPHA,
+                stated_effect: float = None) -> list:
+    """One pre-registered family: the paired test of each hypothesis over seeds, then Holm's step-down.
+
+    values: {arm: (n,) per-seed values}, seeds in the same order for every arm. hypotheses: [(a, b, test)] on
+    a − b, test one of `TESTS`. Returns one dict per hypothesis, in order: name "a − b", test, mean, ci95 (95% t
+    half-width), sd, p (`paired_test`), wins (seeds in the claim's direction), n, p_holm (`holm`), holm_level
+    (a = α/(m − k) at Holm's step k), ci_holm (half-width of the (1 − 2a) t interval: a one-sided or TOST test at
+    level a rejects exactly when its relevant end clears 0 or the margin), status, seeds_to_decide (at the
+    observed mean: 80% power at holm_level), smallest_margin (the largest |end| of the Holm-level interval), and
+    with stated_effect (an effect beyond the null's edge, the metric's units) seeds_at_stated_effect.
+    Statuses: the claim's (`CLAIM_STATUS`) where p_holm < α; "contradicted" where the Holm-level interval lies
+    wholly on the other side (above 0 for less, below 0 for greater, below −margin for noninferior, outside
+    ±margin for equivalent); else "not decided". Both directions are read at the same level, so "reproduced or
+    contradicted" together is a two-sided decision at 2a (docs/verdict.md says so). Raises ScrlError as
+    `paired_test`."""
+    from scipy import stats
+
+    rows = []
+    for a, b, test in hypotheses:
+        d = np.asarray(values[a], float) - np.asarray(values[b], float)
+        mean, half = mean_ci95(d)
+        wins = {"less": d < 0, "greater": d > 0, "noninferior": d > -margin, "equivalent": abs(d) < margin}[test]
+        rows.append(dict(name=f"{a} − {b}", test=test, mean=float(mean), ci95=float(half), sd=float(d.std(ddof=1)),
+                         p=paired_test(d, test, margin), wins=int(wins.sum()), n=len(d)))
+    rank = np.argsort(np.argsort([r["p"] for r in rows], kind="stable"), kind="stable")
+    for r, ph, k in zip(rows, holm([r["p"] for r in rows]), rank):
+        level = alpha / (len(rows) - k)
+        h = float(stats.t.ppf(1 - level, r["n"] - 1) * r["sd"] / math.sqrt(r["n"]))
+        lo, hi = r["mean"] - h, r["mean"] + h
+        against = {"less": lo > 0, "greater": hi < 0, "noninferior": hi < -margin,
+                   "equivalent": lo >= margin or hi <= -margin}[r["test"]]
+        effect = {"less": -r["mean"], "greater": r["mean"], "noninferior": r["mean"] + margin,
+                  "equivalent": margin - abs(r["mean"])}[r["test"]]
+        n_decide = seeds_to_decide(r["sd"], effect, level)
+        status = (CLAIM_STATUS[r["test"]].format(margin=margin) if ph < alpha else "contradicted" if against
+                  else f"not decided (≈{n_decide} seeds)" if n_decide else "not decided")
+        r.update(p_holm=float(ph), holm_level=float(level), ci_holm=h, status=status,
+                 seeds_to_decide=n_decide, smallest_margin=float(max(abs(lo), abs(hi))))
+        if stated_effect is not None:
+            r["seeds_at_stated_effect"] = seeds_to_decide(r["sd"], stated_effect, level)
+    return rows
+
+
+test_family.__test__ = False  # a library function whose name starts with "test": pytest must not collect it
+
+
+def heterogeneity(d, kinds: list) -> dict:
+    """Replicates on other CPU models pooled, a seed one unit: per-kind mean ± 95% of the per-seed differences d
+    (n,) and the heterogeneity p (Welch's t for two kinds, one-way ANOVA for more; kinds with fewer than 2 seeds,
+    and the kinds "mixed" and "unknown", left out). kinds: (n,) the CPU kind of each seed's runs. Returns
+    {"per_cpu": {kind: {seeds, mean, ci95}}, "het_p": float or None (fewer than two kinds to compare)}."""
+    from scipy import stats
+
+    d = np.asarray(d, float)
+    parts = {}
+    for k in dict.fromkeys(kinds):
+        idx = [i for i, x in enumerate(kinds) if x == k]
+        if k not in ("mixed", "unknown") and len(idx) >= 2:
+            parts[k] = d[idx]
+    per_cpu = {k: dict(seeds=len(v), mean=float(mean_ci95(v)[0]), ci95=float(mean_ci95(v)[1])) for k, v in parts.items()}
+    het = (None if len(parts) < 2 else float(stats.ttest_ind(*parts.values(), equal_var=False).pvalue)
+           if len(parts) == 2 else float(stats.f_oneway(*parts.values()).pvalue))
+    return dict(per_cpu=per_cpu, het_p=het)
 
 
 # One colour per arm in every figure of the notebooks and the deck (an estimator keeps its colour across

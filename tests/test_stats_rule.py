@@ -1,0 +1,98 @@
+"""The inference rule (`scrl_min.stats`: paired_test, test_family, heterogeneity) against scipy's own tests, and
+against every committed pre-registered family that stores its per-seed values: recomputed from those values
+alone (no rerun), each p, Holm p, Holm-level interval and status must equal the committed one to 1e-9."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import scrl_min
+from scrl_min import paired_test, test_family  # test_family.__test__ is False: pytest does not collect it
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_paired_test_equals_scipys_one_sample_t_tests(seed):
+    d = np.random.default_rng(seed).normal(0.02 * seed - 0.03, 0.08, size=12 + seed)
+    assert paired_test(d, "less") == pytest.approx(stats.ttest_1samp(d, 0.0, alternative="less").pvalue, rel=1e-12)
+    assert paired_test(d, "greater") == pytest.approx(stats.ttest_1samp(d, 0.0, alternative="greater").pvalue,
+                                                      rel=1e-12)
+    assert paired_test(d, "noninferior", 0.05) == pytest.approx(
+        stats.ttest_1samp(d, -0.05, alternative="greater").pvalue, rel=1e-12)
+    tost = max(stats.ttest_1samp(d, -0.05, alternative="greater").pvalue,
+               stats.ttest_1samp(d, 0.05, alternative="less").pvalue)
+    assert paired_test(d, "equivalent", 0.05) == pytest.approx(tost, rel=1e-12)
+
+
+def test_paired_test_refuses_bad_input():
+    with pytest.raises(scrl_min.ScrlError, match="at least 2 seeds"):
+        paired_test([0.1], "less")
+    with pytest.raises(scrl_min.ScrlError, match="unknown test 'two-sided'"):
+        paired_test([0.1, 0.2], "two-sided")
+
+
+def test_family_statuses_by_brute_force_holm():
+    """Holm by enumeration of its steps (not `holm`), and each status from the definition in the docstring."""
+    rng = np.random.default_rng(7)
+    values = {"bf16": rng.normal(0.40, 0.05, 30)}
+    values["plain"] = values["bf16"] - 0.15 + rng.normal(0, 0.05, 30)   # a clear cost
+    values["sc"] = values["bf16"] + rng.normal(0, 0.02, 30)             # equivalent to bf16
+    values["mis"] = values["sc"] - 0.2 + rng.normal(0, 0.03, 30)        # far below sc
+    hyps = [("plain", "bf16", "less"), ("sc", "bf16", "equivalent"), ("mis", "sc", "greater"),
+            ("mis", "sc", "noninferior")]
+    rows = test_family(values, hyps)
+    p = np.array([r["p"] for r in rows])
+    order = np.argsort(p)
+    adjusted, running = np.empty(4), 0.0
+    for step, i in enumerate(order):
+        running = max(running, min(1.0, (4 - step) * p[i]))
+        adjusted[i] = running
+    assert np.allclose([r["p_holm"] for r in rows], adjusted, rtol=1e-12, atol=0)
+    assert [r["status"] for r in rows][:2] == ["reproduced", "equivalent within ±0.05"]
+    assert rows[2]["status"] == "contradicted" and rows[3]["status"] == "contradicted"
+    for r in rows:  # the Holm-level interval is the (1 − 2a) t interval
+        d = np.asarray(values[r["name"].split(" − ")[0]]) - np.asarray(values[r["name"].split(" − ")[1]])
+        want = stats.t.ppf(1 - r["holm_level"], len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+        assert r["ci_holm"] == pytest.approx(want, rel=1e-12)
+
+
+COMMITTED = [  # (figure JSON, its families: name → (per-seed key in per_arm, the hypotheses' key in the JSON))
+    ("13_confirmatory.json", {"primary (AUC)": ("auc_per_seed", "hypotheses"),
+                              "secondary (final clean reward)": ("final_per_seed", "hypotheses"),
+                              "exploratory (AUC)": ("auc_per_seed", "exploratory")}),
+    ("13_gentle_optimizer.json", {"primary (AUC)": ("auc_per_seed", "hypotheses"),
+                                  "secondary (final clean reward)": ("final_per_seed", "hypotheses")}),
+]
+
+
+@pytest.mark.parametrize("name,families", COMMITTED, ids=[c[0] for c in COMMITTED])
+def test_committed_families_recompute_from_their_per_seed_values(name, families):
+    data = json.loads((REPO / "figures" / name).read_text())
+    margin, alpha = data["parameters"]["margin"], data["parameters"]["alpha"]
+    for family, (key, hyp_key) in families.items():
+        values = {arm: v[key] for arm, v in data["per_arm"].items()}
+        hyps = [tuple(h) for h in data[hyp_key] if h[0] in values and h[1] in values]
+        committed = data["families"][family]
+        rows = test_family(values, hyps, margin=margin, alpha=alpha)
+        assert [r["name"] for r in rows] == [r["name"] for r in committed], family
+        for mine, theirs in zip(rows, committed):
+            for k in ("mean", "ci95", "p", "p_holm", "holm_level", "ci_holm", "smallest_margin"):
+                assert mine[k] == pytest.approx(theirs[k], rel=1e-9, abs=1e-12), (family, mine["name"], k)
+            assert (mine["status"], mine["wins"], mine["seeds_to_decide"]) == \
+                (theirs["status"], theirs["wins"], theirs["seeds_to_decide"]), (family, mine["name"])
+
+
+def test_heterogeneity_equals_welch_and_anova():
+    rng = np.random.default_rng(3)
+    d = rng.normal(0, 1, 12)
+    two = ["avx512"] * 6 + ["avx2"] * 6
+    h = scrl_min.heterogeneity(d, two)
+    assert h["het_p"] == pytest.approx(stats.ttest_ind(d[:6], d[6:], equal_var=False).pvalue, rel=1e-12)
+    three = ["amx"] * 4 + ["avx512"] * 4 + ["avx2"] * 3 + ["mixed"]
+    h = scrl_min.heterogeneity(d, three)
+    assert h["het_p"] == pytest.approx(stats.f_oneway(d[:4], d[4:8], d[8:11]).pvalue, rel=1e-12)
+    assert set(h["per_cpu"]) == {"amx", "avx512", "avx2"}
+    assert scrl_min.heterogeneity(d, ["avx512"] * 12)["het_p"] is None
