@@ -35,6 +35,8 @@ CHOICES = dict(advantage_mode=ADVANTAGE_MODES, optimizer=OPTIMIZERS, sampler=SAM
                sampler_precision=PRECISIONS, kv_cache=KV_CACHES, vllm_precision=("auto", *VLLM_PRECISIONS),
                weighting=WEIGHTINGS, weight_level=LEVELS, fp8_backend=FP8_BACKENDS,
                staleness_schedule=STALENESS_SCHEDULES)
+# TrainConfig's float fields (mis_band: a pair of floats; constant_reward: a float or None), checked finite
+FLOAT_FIELDS = ("temperature", "noise_std", "tis_cap", "mis_band", "lr", "max_grad_norm", "constant_reward")
 
 
 def arg(default, help: str):
@@ -99,6 +101,14 @@ class TrainConfig:
         for name, choices in CHOICES.items():
             if getattr(self, name) not in choices:
                 raise ScrlError(f"unknown {name} {getattr(self, name)!r}; choose one of {tuple(choices)}")
+        # NaN passes no comparison below, ±inf passes some; either would be saved in config.json as a
+        # non-JSON literal and reach the run (a NaN lr trains, then the sampler meets NaN weights)
+        for name in FLOAT_FIELDS:
+            value = getattr(self, name)
+            numbers = [] if value is None else value if name == "mis_band" else [value]
+            if not all(math.isfinite(v) for v in numbers):
+                raise ScrlError(f"{name} must be {'finite numbers' if name == 'mis_band' else 'a finite number'}, "
+                                f"got {value}")
         positive = dict(n_prompts=self.n_prompts, prompts_per_step=self.prompts_per_step,
                         group_size=self.group_size, max_new_tokens=self.max_new_tokens, temperature=self.temperature,
                         eval_prompts=self.eval_prompts, checkpoint_every=self.checkpoint_every)
@@ -107,16 +117,16 @@ class TrainConfig:
                 raise ScrlError(f"{name} must be > 0, got {value}")
         if self.k is not None and self.k < 1:
             raise ScrlError(f"head size k must be >= 1 (or None for min(128, V)), got {self.k}")
-        for name in ("eval_every", "noise_std", "staleness", "steps", "max_grad_norm"):
+        for name in ("eval_every", "noise_std", "staleness", "steps", "lr", "max_grad_norm"):
             if not getattr(self, name) >= 0:
                 raise ScrlError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not self.tis_cap > 0:
+            raise ScrlError(f"tis_cap must be > 0 (TIS's weight is min(r, tis_cap)), got {self.tis_cap}")
         if self.advantage_mode in ("grpo", "centered") and self.group_size < 2:
             raise ScrlError(f"{self.advantage_mode} advantages need group_size >= 2, got {self.group_size}")
         if self.sampler == "vllm" and self.kv_cache != "auto":
             raise ScrlError(f"kv_cache={self.kv_cache!r} is the torch sampler's; vLLM's FP8 KV cache is "
                             f"vllm_precision='fp8_kv'")
-        if self.constant_reward is not None and not math.isfinite(self.constant_reward):
-            raise ScrlError(f"constant_reward must be a finite number (or None), got {self.constant_reward}")
         if len(self.mis_band) != 2 or not 0 <= self.mis_band[0] <= self.mis_band[1]:
             raise ScrlError(f"mis_band must be [lo, hi] with 0 <= lo <= hi, got {self.mis_band}")
 
@@ -127,7 +137,8 @@ class TrainConfig:
 
 
 # The arms of the experiment: named presets over TrainConfig's fields (sampler numerics × correction).
-# The bf16 reference has no weight noise: it is the no-mismatch run the others are compared with.
+# The bf16 reference has no weight noise: it is the no-mismatch run the others are compared with (arm_config
+# refuses another noise_std for it).
 ARMS = {
     "bf16":   dict(sampler_precision="bf16", weighting="none", centering=False, noise_std=0.0),
     "plain":  dict(sampler_precision="fp8", weighting="none", centering=False),
@@ -151,12 +162,19 @@ EVAL_SEED = 10_007  # seeds the held-out prompt set (the same for every seed and
 def arm_config(arm: str, **fields) -> TrainConfig:
     """TrainConfig of a named arm (`ARMS`) with `fields` on top. The preset sets sampler precision,
     weighting and centering (and noise_std = 0 for the bf16 reference); an explicit field wins, so
-    arm_config("tis", centering=True) is TIS + SC. Raises ScrlError for an unknown arm or field."""
+    arm_config("tis", centering=True) is TIS + SC. The reference's σ = 0 is decided here, once: "bf16"
+    with noise_std > 0 would be a mismatched arm under the reference's name, so it is refused (a bf16
+    sampler with weight noise is arm_config("plain", sampler_precision="bf16", noise_std=σ)). Raises
+    ScrlError for an unknown arm or field, or a nonzero noise_std for "bf16"."""
     if arm not in ARMS:
         raise ScrlError(f"unknown arm {arm!r}; choose one of {sorted(ARMS)}")
     unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(TrainConfig)})
     if unknown:
         raise ScrlError(f"unknown TrainConfig field(s) {unknown}")
+    if arm == "bf16" and fields.get("noise_std", 0.0) != 0.0:
+        raise ScrlError(f"the bf16 arm is the no-mismatch reference (noise_std 0), got noise_std="
+                        f"{fields['noise_std']}; a bf16 sampler with weight noise is the plain arm with "
+                        f"sampler_precision='bf16'")
     return TrainConfig(**{**ARMS[arm], **fields})
 
 
@@ -581,23 +599,39 @@ def run_grid(jobs: dict, workers: int = 2) -> dict:
 # The command line: python -m scrl_min
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 def _parse_bool(s: str) -> bool:
+    """A bool flag's value: 1/true/yes/on or 0/false/no/off (any case); argparse names the flag on an error."""
+    import argparse
+
     if s.lower() in ("1", "true", "yes", "on"):
         return True
     if s.lower() in ("0", "false", "no", "off"):
         return False
-    raise ValueError(s)
+    raise argparse.ArgumentTypeError(f"expected true or false (1/0, yes/no, on/off), got {s!r}")
+
+
+def _one_line_parser(**kw):
+    """argparse's parser whose usage errors are one line (its default prints the 30-line usage first)."""
+    import argparse
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):
+            self.exit(2, f"{self.prog}: error: {message} (--help lists the flags)\n")
+
+    return Parser(**kw)
 
 
 def main(argv=None) -> None:
-    """`python -m scrl_min`: one RL run from TrainConfig's fields as flags. A ScrlError (bad config,
-    missing model, broken sampler) ends the run with a one-line message and exit status 1."""
+    """`python -m scrl_min`: one RL run from TrainConfig's fields as flags. Every error is one line on stderr,
+    before anything is written: a bad flag value (argparse, exit status 2) or a bad config or run (ScrlError,
+    exit status 1; also --steps 0, which TrainConfig allows for a Trainer built only for its task)."""
     import argparse
     import sys
 
-    ap = argparse.ArgumentParser(
+    ap = _one_line_parser(
         prog="python -m scrl_min", description=__doc__.split("\n")[0], allow_abbrev=False,
         epilog="An --arm preset sets sampler_precision, weighting and centering (and noise_std=0 for "
-               "bf16); flags given explicitly override it, e.g. --arm tis --centering true is TIS + SC.")
+               "bf16, which refuses another σ); flags given explicitly override it, e.g. --arm tis "
+               "--centering true is TIS + SC.")
     ap.add_argument("--arm", choices=sorted(ARMS), default=argparse.SUPPRESS,
                     help="named preset over the fields below: " + "; ".join(
                         f"{a}: " + ", ".join(f"{k}={v}" for k, v in p.items()) for a, p in ARMS.items()))
@@ -618,6 +652,8 @@ def main(argv=None) -> None:
     arm = given.pop("arm", None)
     try:
         cfg = arm_config(arm, **given) if arm else TrainConfig(**given)
+        if cfg.steps < 1:
+            raise ScrlError(f"--steps must be >= 1 for a run, got {cfg.steps}")
         recs = train(cfg)
     except ScrlError as e:
         sys.exit(f"python -m scrl_min: error: {e}")

@@ -453,6 +453,57 @@ def test_cli_help_and_one_line_errors(tmp_path):
     assert not out.exists()
 
 
+# a flag value the CLI refuses → its one-line message (the flag or field, and the value) and exit status
+BAD_FLAGS = [
+    (["--centering", "maybe"], "argument --centering: expected true or false (1/0, yes/no, on/off), got 'maybe'", 2),
+    (["--steps", "0"], "--steps must be >= 1 for a run, got 0", 1),
+    (["--lr", "nan"], "lr must be a finite number, got nan", 1),
+    (["--lr", "-1"], "lr must be >= 0, got -1.0", 1),
+    (["--temperature", "inf"], "temperature must be a finite number, got inf", 1),
+    (["--noise_std", "nan"], "noise_std must be a finite number, got nan", 1),
+    (["--tis_cap", "inf"], "tis_cap must be a finite number, got inf", 1),
+    (["--tis_cap", "0"], "tis_cap must be > 0", 1),
+    (["--mis_band", "0.5", "nan"], "mis_band must be finite numbers, got [0.5, nan]", 1),
+    (["--max_grad_norm", "inf"], "max_grad_norm must be a finite number, got inf", 1),
+    (["--arm", "bf16", "--noise_std", "0.1"], "the bf16 arm is the no-mismatch reference (noise_std 0), got "
+                                              "noise_std=0.1", 1),
+]
+
+
+@pytest.mark.parametrize("flags, message, status", BAD_FLAGS, ids=[" ".join(f) for f, _, _ in BAD_FLAGS])
+def test_cli_refuses_a_bad_value_in_one_line_before_anything_runs(tmp_path, monkeypatch, capsys, flags, message,
+                                                                  status):
+    """`python -m scrl_min` with a value it cannot run: one line naming the flag and the value, before a
+    model loads or a folder is made (a NaN lr used to train, then blame the sampler; --steps 0 made an empty
+    run folder; --centering maybe named `_parse_bool` under the 30-line usage)."""
+    import scrl_min.driver as driver
+
+    def no_run(cfg):
+        raise AssertionError(f"a run started with {cfg}")
+
+    monkeypatch.setattr(driver, "Trainer", no_run)
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        driver.main([*flags, "--out_dir", str(out)])
+    code = e.value.code  # argparse: 2, its message on stderr; sys.exit(message): the message, status 1
+    err = capsys.readouterr().err if isinstance(code, int) else f"{code}\n"
+    assert (code if isinstance(code, int) else 1) == status
+    assert err.startswith("python -m scrl_min: error: ") and err.count("\n") == 1 and message in err, err
+    assert not out.exists()
+
+
+def test_every_float_field_of_the_config_is_checked_finite():
+    """TrainConfig refuses NaN and ±inf in each float field (the API as well as the CLI); a config that only
+    builds a Trainer for its task (steps=0, as notebook 15 does) stays allowed."""
+    floats = [f.name for f in dataclasses.fields(TrainConfig) if f.type in ("float", "Optional[float]")]
+    assert set(floats) | {"mis_band"} == set(scrl_min.driver.FLOAT_FIELDS)
+    for name in scrl_min.driver.FLOAT_FIELDS:
+        for bad in (float("nan"), float("inf"), -float("inf")):
+            with pytest.raises(ScrlError, match=f"^{name} must be (a )?finite number"):
+                TrainConfig(**{name: (0.5, bad) if name == "mis_band" else bad})
+    assert TrainConfig(steps=0, lr=0.0).steps == 0
+
+
 def test_run_folders_per_configuration_never_block_a_later_run(tmp_path):
     """A small trial and a run with other settings get different folders (config_id), so neither
     blocks the other; a longer run of the same settings resumes the trial's folder and keeps its
@@ -468,7 +519,12 @@ def test_run_folders_per_configuration_never_block_a_later_run(tmp_path):
     assert [r["step"] for r in resumed] == [0, 1, 2] and resumed[:2] == first
     combo = scrl_min.arm_config("tis", centering=True)
     assert (combo.weighting, combo.centering, combo.sampler_precision) == ("tis", True, "fp8")
-    assert scrl_min.arm_config("bf16").noise_std == 0.0 and scrl_min.arm_config("bf16", noise_std=0.1).noise_std == 0.1
+    # the reference's σ = 0 is decided in arm_config: another σ is refused, a bf16 sampler with noise is plain's
+    assert scrl_min.arm_config("bf16").noise_std == scrl_min.arm_config("bf16", noise_std=0.0).noise_std == 0.0
+    with pytest.raises(ScrlError, match="the bf16 arm is the no-mismatch reference"):
+        scrl_min.arm_config("bf16", noise_std=0.1)
+    noisy_bf16 = scrl_min.arm_config("plain", sampler_precision="bf16", noise_std=0.1)
+    assert (noisy_bf16.sampler_precision, noisy_bf16.noise_std, noisy_bf16.centering) == ("bf16", 0.1, False)
 
 
 def test_a_finished_run_is_read_back_from_its_records_alone(tmp_path, monkeypatch):
