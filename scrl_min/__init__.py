@@ -1,20 +1,21 @@
 """scrl-min: score centering for RL with a mismatched sampler.
 
 The method is `core.py` (read it top to bottom; its log-prob machinery is `logprobs.py`). Beside it, one
-file per reason to change: the quantized formats and the FP8 KV cache are `formats.py`; the samplers
-that produce the method's input are `torch_sampler.py` and `vllm_engine.py`; configs, the Trainer and
-runs over seeds are `driver.py`; the drift alone (the exact expected update of a constant advantage,
-iterated) is `drift.py`; statistics over seeds and figure checks are `stats.py`; TRL's
-GRPOTrainer with score centering is `scrl_min.trl` (imported on its own: it imports TRL). Notebooks and
-scripts import the names below from `scrl_min`, never from a file, so a definition can move between
-files. `__all__` lists what the notebooks and scripts use; the other names here are the documented API
-(docs/api.md) and what the tests and trl.py import.
+file per reason to change: the task (prompts, the verifier's reward, where the policy is) is `task.py`; the
+quantized formats and the FP8 KV cache are `formats.py`; the samplers that produce the method's input are
+`torch_sampler.py` and `vllm_engine.py`; configs, the Trainer and runs over seeds are `driver.py`; the drift
+alone (the exact expected update of a constant advantage, iterated) is `drift.py`; statistics over seeds and
+figure checks are `stats.py`; TRL's GRPOTrainer with score centering is `scrl_min.trl` (imported on its own: it
+imports TRL). Notebooks and scripts import the names below from `scrl_min`, never from a file, so a definition
+can move between files. `__all__` lists what the notebooks and scripts use; the other names here are the
+documented API (docs/api.md) and what the tests and trl.py import.
 """
-from .core import (ADVANTAGE_MODES, DEFAULT_MODEL_PATH, EMPTY_LOGP, PYTHON_NAMES, REPO_ROOT, RHO_EPS, TAIL_TOL,
-                   WEIGHTINGS, Rollout, RolloutError, ScrlError, centering_coefficients, centering_term,
-                   compute_advantages, distinct_names_reward, drift_and_signal, encode_prompt, importance_weight,
-                   make_task_dataset, reduce_loss, rl_step, score_centered_pg_loss, score_centered_pg_loss_options,
-                   tail_alpha, task_user_message, trainer_logprobs, validate_rollout)
+from .core import (ADVANTAGE_MODES, EMPTY_LOGP, RHO_EPS, TAIL_TOL, WEIGHTINGS, Rollout, RolloutError, ScrlError,
+                   centering_coefficients, centering_term, compute_advantages, drift_and_signal, importance_weight,
+                   reduce_loss, rl_step, score_centered_pg_loss, score_centered_pg_loss_options, tail_alpha,
+                   trainer_logprobs, validate_rollout)
+from .task import (DEFAULT_MODEL_PATH, PYTHON_NAMES, REPO_ROOT, distinct_names_reward, encode_prompt, make_task_dataset,
+                   task_user_message)
 from .logprobs import gather_logprobs, lm_head_logprobs
 from .formats import (FORMATS, GRIDS, KV_CACHES, KV_SCALE, PRECISIONS, QuantLinear, code_values, dequantize,
                       fp8_kv_cache, fp8_kv_round, quantize, reserved_kv_cache)
@@ -29,7 +30,7 @@ from .stats import (ALPHA, ARM_COLORS, COLLAPSE_STD, MARGIN, band_plot, check_la
 
 # what the notebooks and scripts import (tests/test_structure.py checks that the list is exactly that)
 __all__ = [
-    # the method (core.py, logprobs.py)
+    # the method and its task (core.py, logprobs.py, task.py)
     "DEFAULT_MODEL_PATH", "PYTHON_NAMES", "REPO_ROOT", "RHO_EPS", "TAIL_TOL", "WEIGHTINGS",
     "Rollout", "RolloutError", "ScrlError", "centering_term", "compute_advantages", "distinct_names_reward",
     "drift_and_signal", "encode_prompt", "gather_logprobs", "importance_weight", "lm_head_logprobs",

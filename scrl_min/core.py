@@ -24,10 +24,9 @@ Reading order (top to bottom): `Rollout` (what a sampler hands the loss) · `imp
 `tail_alpha` (f and α, the paper's table) · `centering_coefficients` (ρ, m, α, c) ·
 `score_centered_pg_loss` (eq. SC) · `centering_term` (the part a PG loss adds to become SC) ·
 `reduce_loss` · `compute_advantages` · `trainer_logprobs` (log p at y_t and at H) · `drift_and_signal`
-(the split above, measured exactly) · the task (`make_task_dataset`, `distinct_names_reward`) ·
-`StepConfig` and `rl_step` (one RL step, in numbered steps) · loss options (PPO clip, sequence level,
-exact support: off the main path) · input checks (`validate_rollout`, the loss's). docs/method.md
-derives every equation used here.
+(the split above, measured exactly) · `StepConfig` and `rl_step` (one RL step, in numbered steps) · loss
+options (PPO clip, sequence level, exact support: off the main path) · input checks (`validate_rollout`, the
+loss's). docs/method.md derives every equation used here.
 
 Deviations from the paper and from a production trainer (numbered, on purpose)
   1. The default sampler (torch_sampler.py) is this same PyTorch model with its decoder Linear layers in
@@ -38,9 +37,9 @@ Deviations from the paper and from a production trainer (numbered, on purpose)
      = trainer weight · (1 + σ ε). Other real numerics are named sampler formats (FP8 e5m2, int8,
      int4 group-wise) and an FP8 KV cache, emulated in float32.
   2. One optimizer step per rollout batch (no PPO epochs), SGD by default as in the paper's small runs.
-  3. The task is "distinct Python names" (see the task section), not Countdown: a 3.6M-parameter model
-     cannot learn arithmetic search, and this task's best policy is high-entropy, which keeps the
-     mismatch (and so the drift) alive for the whole run.
+  3. The task is "distinct Python names" (task.py: prompts, the verifier's reward, the model's location),
+     not Countdown: a 3.6M-parameter model cannot learn arithmetic search, and this task's best policy is
+     high-entropy, which keeps the mismatch (and so the drift) alive for the whole run.
   4. The advantage mode is an experimental axis: raw rewards (REINFORCE, no baseline), ±1-style signed
      rewards, GRPO group-normalized, or the paper's recipe (±1-style, centred per group, no std
      scaling). The drift is E_q[A]·μ, so its size depends on the mode.
@@ -48,26 +47,22 @@ Deviations from the paper and from a production trainer (numbered, on purpose)
      signal (`drift_and_signal`), which no production trainer can afford.
 
 Beside this file, one per reason to change: logprobs.py (log p without the (tokens × V) logits in
-memory), formats.py, torch_sampler.py and vllm_engine.py (the samplers that produce a `Rollout`),
-driver.py (configs, the Trainer, runs, the CLI), stats.py, trl.py. They import this file, never the
-reverse; it imports only errors.py and logprobs.py.
+memory), task.py (the task and the policy's location), formats.py, torch_sampler.py and vllm_engine.py (the
+samplers that produce a `Rollout`), driver.py (configs, the Trainer, runs, the CLI), stats.py, trl.py. They
+import this file, never the reverse; it imports only errors.py, logprobs.py and task.py (the reward of
+`rl_step`'s step 2).
 """
 from __future__ import annotations
 
-import builtins
-import keyword
 import math
-import os
-import random
-import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
 import torch
 
 from .errors import RolloutError, ScrlError
 from .logprobs import _index_dtype, completion_logits, gather_logprobs
+from .task import task_rewards
 
 EMPTY_LOGP = -9000.0  # head log-probs at or below this (the -9999 stand-in, -inf) mark an empty slot
 RHO_EPS = 1e-6  # floor of the trainer's tail mass in ρ's denominator
@@ -77,7 +72,7 @@ MAX_LOG_RATIO = 20.0  # |log r| is clipped here before exp, so weights stay fini
 WEIGHTINGS = ("none", "is", "tis", "mis", "icepop")  # f(r): see importance_weight
 LEVELS = ("token", "sequence")  # where the importance weight applies: per token, or per sequence (GSPO)
 ADVANTAGE_MODES = ("raw", "signed", "grpo", "centered")  # see compute_advantages
-# The loss's defaults, declared once (the functions below, StepConfig and TrainConfig take them from here)
+# The loss's defaults, declared once (the functions below and TrainConfig take them from here)
 WEIGHTING = "none"  # f(r) = 1: no importance weight
 TIS_CAP = 2.0  # C of TIS: f(r) = min(r, C)
 MIS_BAND = (0.5, 5.0)  # [lo, hi] of MIS / IcePop: the ratios r = p/q a token's weight keeps
@@ -417,101 +412,25 @@ def drift_and_signal(full_logq: torch.Tensor, full_logp: torch.Tensor, ids: torc
 
 
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
-# The task: "distinct Python names"
-# ═════════════════════════════════════════════════════════════════════════════════════════════════
-# Prompt: the start of a Python function. Completion: max_new_tokens tokens of code. Reward: the number
-# of *distinct* Python keywords and lowercase built-in names in the completion over a target
-# (names_target, 12 for a 24-token completion), capped at 1. The embedded model starts near 0.15
-# (code naturally uses `if`, `return`, `None`...) and can learn to pack more distinct names in. The
-# best policies are high-entropy (any order of many names), so the sampler/trainer mismatch does not
-# vanish as training sharpens the policy.
-# The policy: the embedded tiny Qwen3 (scripts/make_default_model.py) in the checkout's models/ folder, found
-# from this file, so it needs the package run from its checkout (`pip install -e .`, as the Makefile does). A
-# package installed elsewhere has no models/ beside it: set SCRL_MIN_MODEL to a checkpoint folder or an HF id.
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_MODEL_PATH = Path(os.environ.get("SCRL_MIN_MODEL") or REPO_ROOT / "models" / "qwen3-tiny-code")
-PYTHON_NAMES = frozenset(keyword.kwlist) | frozenset(
-    n for n in dir(builtins) if n.islower() and not n.startswith("_"))
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_VERBS = ["get", "set", "parse", "load", "read", "write", "check", "make", "update", "find", "build",
-          "format", "split", "merge", "count", "filter", "apply", "reset", "close", "open"]
-_NOUNS = ["name", "path", "value", "items", "config", "data", "line", "header", "key", "node", "token",
-          "buffer", "state", "record", "options", "result"]
-_ARGS = ["self", "self, key", "self, value=None", "path, mode='r'", "data", "items, key=None",
-         "self, *args, **kwargs", "text, sep=','", "obj", "self, name, default=None"]
-
-
-def task_user_message(code_prefix: str) -> str:
-    """The user turn of the task prompt around a code prefix (str → str)."""
-    return ("Continue the code, using as many different Python keywords and built-in names as you "
-            "can:\n" + code_prefix)
-
-
-def encode_prompt(tok, user_message: str) -> list:
-    """Token ids (list of int) of one user turn as the policy sees it: the tokenizer's chat template with
-    the generation prompt, or the bare text when the tokenizer has no template."""
-    if tok.chat_template:
-        return tok.apply_chat_template([{"role": "user", "content": user_message}], add_generation_prompt=True,
-                                       tokenize=True, return_dict=False)
-    return tok(user_message)["input_ids"]
-
-
-def make_task_dataset(n_prompts: int = 64, seed: int = 0, exclude=()):
-    """The task as a ``datasets.Dataset`` with columns ``prompt`` (user message, str) and ``prefix``.
-
-    Prompts are function heads built from fixed word lists, so the dataset is identical on every
-    machine. `exclude`: prefixes never drawn (the held-out evaluation set). Raises ScrlError if
-    n_prompts < 1.
-    """
-    import datasets
-
-    if n_prompts < 1:
-        raise ScrlError(f"n_prompts must be >= 1, got {n_prompts}")
-    rng = random.Random(seed)
-    rows, seen = [], set(exclude)
-    while len(rows) < n_prompts:
-        head = f"def {rng.choice(_VERBS)}_{rng.choice(_NOUNS)}({rng.choice(_ARGS)}):\n    "
-        if head in seen and len(seen) < len(_VERBS) * len(_NOUNS) * len(_ARGS):
-            continue
-        seen.add(head)
-        rows.append({"prompt": task_user_message(head), "prefix": head})
-    return datasets.Dataset.from_list(rows)
-
-
-def distinct_names_reward(completion: str, target: int) -> float:
-    """Verifier: |distinct keywords and lowercase builtins in `completion`| / target, capped at 1.
-
-    Names count as whole identifiers (`if` counts, `iff` and `bar_if` do not)."""
-    names = {w for w in _IDENT.findall(completion) if w in PYTHON_NAMES}
-    return min(1.0, len(names) / target)
-
-
-# ═════════════════════════════════════════════════════════════════════════════════════════════════
 # One RL step
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 @dataclass(frozen=True)
 class StepConfig:
-    """What one RL step reads; the driver builds it from a run's `TrainConfig` (`TrainConfig.step_config`)."""
+    """What one RL step reads. No defaults of its own: the driver builds it from a run's `TrainConfig`
+    (`TrainConfig.step_config`), whose fields hold the defaults and checks."""
 
     group_size: int  # G: completions per prompt (a GRPO group), consecutive in the batch
     advantage_mode: str  # raw | signed | grpo | centered (`compute_advantages`)
     max_new_tokens: int  # completion length budget, tokens
     names_target: int  # distinct Python names that earn the full reward 1.0 (`distinct_names_reward`)
-    temperature: float = 1.0  # sampling temperature T; the trainer divides its logits by the same
-    weighting: str = WEIGHTING  # f(r): none | is | tis | mis | icepop (`importance_weight`)
-    centering: bool = True  # subtract the centering term Σ_H c_v log p(v) (eq. SC)
-    tis_cap: float = TIS_CAP  # C of TIS
-    mis_band: tuple = MIS_BAND  # [lo, hi] of MIS / IcePop
-    weight_level: str = "token"  # token: f(r) per token · sequence: one GSPO-style f(s_i) per sequence
-    max_grad_norm: float = 0.0  # clip the global gradient norm here; 0: no clipping
-    constant_reward: Optional[float] = None  # every completion earns this (no signal, pure drift); None: the verifier
-
-
-def task_rewards(tok, ro: Rollout, target: int) -> torch.Tensor:
-    """The verifier's reward of each completion of a rollout, (B,) float32 (`distinct_names_reward`)."""
-    texts = tok.batch_decode(ro.completion_ids.masked_fill(~ro.completion_mask, tok.pad_token_id),
-                             skip_special_tokens=True)
-    return torch.tensor([distinct_names_reward(t, target) for t in texts])
+    temperature: float  # sampling temperature T; the trainer divides its logits by the same
+    weighting: str  # f(r): none | is | tis | mis | icepop (`importance_weight`)
+    centering: bool  # subtract the centering term Σ_H c_v log p(v) (eq. SC)
+    tis_cap: float  # C of TIS
+    mis_band: tuple  # [lo, hi] of MIS / IcePop
+    weight_level: str  # token: f(r) per token · sequence: one GSPO-style f(s_i) per sequence
+    max_grad_norm: float  # clip the global gradient norm here; 0: no clipping
+    constant_reward: Optional[float]  # every completion earns this (no signal, pure drift); None: the verifier
 
 
 def rl_step(policy, opt, sampler, tok, prompts: list, cfg: StepConfig, generator: torch.Generator,
@@ -533,7 +452,7 @@ def rl_step(policy, opt, sampler, tok, prompts: list, cfg: StepConfig, generator
         ro = sampler.generate(prompts, cfg.max_new_tokens, eos, pad, generator=generator, full_logq=True)
     else:
         ro = sampler.generate(prompts, cfg.max_new_tokens, eos, pad, generator=generator)
-    # 2. rewards from the verifier, or one constant reward for all: Cov_q(A, s) = 0, plain's update is E_q[A]·μ
+    # 2. rewards from the verifier (task.py), or one constant reward: Cov_q(A, s) = 0, plain's update is E_q[A]·μ
     if cfg.constant_reward is None:
         rewards = task_rewards(tok, ro, cfg.names_target)  # (B,)
     else:

@@ -22,9 +22,9 @@ from typing import Optional
 
 import torch
 
-from .core import (ADVANTAGE_MODES, DEFAULT_MODEL_PATH, LEVELS, MIS_BAND, REPO_ROOT, TIS_CAP, WEIGHTING, WEIGHTINGS,
-                   ScrlError, StepConfig, encode_prompt, make_task_dataset, rl_step, task_rewards)
+from .core import ADVANTAGE_MODES, LEVELS, MIS_BAND, TIS_CAP, WEIGHTING, WEIGHTINGS, ScrlError, StepConfig, rl_step
 from .formats import FP8_BACKEND, FP8_BACKENDS, KV_CACHES, PRECISIONS
+from .task import DEFAULT_MODEL_PATH, REPO_ROOT, encode_prompt, make_task_dataset, task_rewards
 from .torch_sampler import STALENESS_SCHEDULES, TorchSampler
 from .vllm_engine import VLLM_PRECISIONS, VLLMSampler, vllm_precision_for
 

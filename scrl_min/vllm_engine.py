@@ -17,7 +17,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .core import DEFAULT_MODEL_PATH, EMPTY_LOGP, SAME_LOGP_TOL, Rollout, RolloutError, ScrlError, validate_rollout
+from .core import EMPTY_LOGP, SAME_LOGP_TOL, Rollout, RolloutError, ScrlError, validate_rollout
+from .task import DEFAULT_MODEL_PATH
 from .torch_sampler import _WeightQueue, _left_pad
 
 VLLM_PRECISIONS = ("bf16", "fp8_kv", "fp8")  # see the vLLM sampler section
