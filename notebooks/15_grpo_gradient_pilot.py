@@ -28,8 +28,8 @@
 # Over three settings: the headline sampler (FP8 W8A8 + 10% weight noise), a harsher one (FP8 + 20%), and the
 # headline sampler with 96-token completions (public measurements find the mismatch grows with length).
 #
-# **Run time**: about 25-35 minutes on 2 CPU cores (each batch is sampled once and differentiated six times; the 96-token
-# cell is most of it), no GPU; CI runs it in under a minute with notebooks/ci_parameters.yaml. Resumable: each
+# **Run time**: about 25-35 minutes on 2 idle CPU cores (each batch is sampled once and differentiated six times; the
+# 96-token cell is most of it; it took longer on a machine shared with other jobs: the last cell's output gives its time), no GPU; CI runs it in under a minute with notebooks/ci_parameters.yaml. Resumable: each
 # cell saves its batches group by group under `runs_dir`. The defaults write `runs/figures/15_*`; `make
 # reproduce-full` writes `figures/`.
 
@@ -41,13 +41,20 @@
 # before any of its cells ran:
 #
 # 1. A setting is **within the budget** when one training run of it costs at most 1.5 times a 24-token run
-#    (its measured seconds per batch here over the 24-token headline's): the design needs about 60-75 paired
-#    seeds of at least four arms (notebook 13's centred arms: a paired-AUC sd of 0.13-0.14), about 250-300 runs,
-#    which is about 4.5-5.5 hours at 24 tokens.
+#    (its mean generated tokens per batch here over the 24-token headline's): the design needs about 60-75
+#    paired seeds of at least four arms (notebook 13's centred arms: a paired-AUC sd of 0.13-0.14), about 250-300
+#    runs, which is about 4.5-5.5 hours at 24 tokens.
 # 2. Among the settings within the budget, the one with the **largest drift share** (point estimate) is chosen.
 # 3. If no setting's drift share has a 95% interval above 0, the pilot has found no setting where the drift is a
 #    detectable part of one update: notebook 16 says so as its first result and runs its design at the
 #    headline sampler anyway.
+#
+# *Amendment, 2026-12-06, during the first run and before any of its results was seen (no statistic had been
+# computed; only the progress bar was read):* rule 1 first measured a run's cost as the cell's mean seconds per
+# batch. On the 2-core machine, shared with other jobs, that moved from about 1 to about 20 seconds per batch within
+# one cell as the load changed, so it would measure the load, not the setting. The cost is now the mean number of
+# generated tokens per batch (the sampler's and the trainer's work both grow with it), which no load changes; the
+# seconds are still reported. The run was stopped and resumed (the cells resume from their saved groups).
 #
 # A one-sided prediction for notebook 16 is read off the MSE gaps: where an estimator's MSE per update is decidedly
 # above or below plain's (95% interval clear of 0), notebook 16 adds a one-sided test of that direction on the
@@ -62,7 +69,7 @@ setting_tokens = [24, 24, 96]  # per setting: completion budget, tokens
 setting_batches = [100, 100, 40]  # per setting: mismatched batches (independent of the reference)
 ref_batches = [64, 32]  # on-policy reference batches, one entry per distinct completion budget (in first-seen order)
 headline = 0  # index of the headline setting (the fallback of rule 3, and the cost unit of rule 1)
-budget_cost_ratio = 1.5  # rule 1: a setting's seconds per batch at most this times the headline's
+budget_cost_ratio = 1.5  # rule 1: a setting's generated tokens per batch at most this times the headline's
 k = 128  # head size of SC, tokens
 tis_cap = 2.0  # C of TIS
 mis_band = [0.5, 5.0]  # [lo, hi] of MIS (ratio)
@@ -330,14 +337,14 @@ for name, cell, T in zip(names, cells, setting_tokens):
 # %% [markdown]
 # ## The choice, by the rule written above
 #
-# The cost ratio of each setting (seconds per batch over the headline's), the drift share, and the setting the
+# The cost ratio of each setting (generated tokens per batch over the headline's), the drift share, and the setting the
 # rule picks; then each estimator whose MSE gap to plain is decided (95% interval clear of 0) at the chosen
 # setting: notebook 16's one-sided predictions.
 
 # %%
-unit = results[headline]["seconds_per_batch"]
+unit = results[headline]["tokens_per_batch"]
 for r in results:
-    r["cost_ratio"] = r["seconds_per_batch"] / unit
+    r["cost_ratio"] = r["tokens_per_batch"] / unit  # generated tokens per batch: the amended rule 1
     r["within_budget"] = bool(r["cost_ratio"] <= budget_cost_ratio)
     lo = r["drift"]["plain − sc"]["share"] - r["drift"]["plain − sc"]["ci95"]
     r["drift_detected"] = bool(lo > 0)
