@@ -233,10 +233,8 @@ else:
 g = load("10_gradient_test.json")
 if g:
     display(Markdown(claim_table([c for c in cs if c["where"].startswith("10")])))
-    display(Markdown("Each claim one-sided in SC's favour: the primary tested alone, the three secondaries Holm among "
-                     "themselves (`docs/verdict.md`). "
-                     "One update's error is mostly batch noise at this size; where SC's error differs from IS's, "
-                     "the difference is variance, not bias."))
+    display(Markdown("One-sided for SC; the primary alone, the three secondaries Holm among themselves. SC's edge "
+                     "over IS is variance, not bias (`docs/verdict.md`)."))
 else:
     pending("figures/10_gradient_test.json")
 
@@ -399,19 +397,23 @@ else:
 
 # %%
 t5 = load("05_score_centering_in_trl.json")
-if t5:
-    fig, ax = plt.subplots(figsize=(11.5, 3.9))
+if t5:  # the point is the gradient check; the curves are one seed's, and say so in their title
+    gc, p5 = t5["gradient_check"], t5["parameters"]
+    display(Markdown(f"**The point: the same gradient.** TRL's `GRPOTrainer` with the SC loss matches the "
+                     f"reference gradient to {gc['trl_vs_reference_rel']:.0e} (relative, one batch of {gc['tokens']} tokens); "
+                     f"the centering term moves that gradient by {gc['centering_term_rel']:.0%} of its norm."))
+    fig, ax = plt.subplots(figsize=(11.5, 3.3))
     for arm, (label, color) in (("plain", ARM["plain"]), ("sc", ARM["sc"])):
         ax.plot(range(1, len(t5["curves"][arm]["reward"]) + 1), t5["curves"][arm]["reward"], color=color, label=label)
+    ax.set_title("one seed per arm: which ends higher is this seed's noise", loc="left")
     ax.set_xlabel("GRPOTrainer step")
     ax.set_ylabel("training reward")
     ax.legend(frameon=False, loc="upper left")
     fig.tight_layout()
     show(fig)
-    gc = t5["gradient_check"]
-    display(Markdown(f"TRL's `GRPOTrainer` with the SC loss matches the reference gradient to {gc['trl_vs_reference_rel']:.0e} "
-                     f"(relative); FP8 + σ {t5['parameters']['noise_std']:g} sampler, one seed per arm: a working "
-                     f"integration, not a test. With vLLM: `docs/trl.md`."))
+    display(Markdown(f"FP8 + σ {p5['noise_std']:g} sampler, seed {p5['seed']}: an earlier run of this seed, on another "
+                     f"CPU, ended the other way round (notebook 05). Paired seeds: notebooks 02, 06, 11. With vLLM: "
+                     f"`docs/trl.md`."))
 else:
     pending("figures/05_score_centering_in_trl.json")
 
@@ -446,16 +448,13 @@ display(Markdown(claim_table([c for c in cs if c not in reward and c["where"][:2
 st07 = verdict.staleness_rows()
 if st07:  # the redesign: SC + IS − IS per seed, the mean over lags and IS kinds, Holm within its four hypotheses
     prim = [r for r in st07 if r["family"] == "07 P"]
-    stale_text = (f"Staleness (notebook 07's pre-registered redesign): {len(prim[0]['per_seed'])} fresh seeds, lr "
-                  f"{load('07_staleness.json')['parameters']['lr']:g}, the refresh and constant-lag schedules; SC + IS − IS on the area under the clean-eval curve, Holm within its "
-                  f"{len(prim)} hypotheses.")
+    stale_text = (f"Staleness (07, pre-registered): lr {load('07_staleness.json')['parameters']['lr']:g}, Holm "
+                  f"within its {len(prim)} hypotheses.")
 else:
     stale_text = ("Staleness (notebook 07): its first design's 3 seeds on one CPU model (its pre-registered redesign "
                   "has not finished), exploratory.")
-display(Markdown(stale_text + " Length (notebook 14): the drift "
-                 "alone, iterated, 8 paired seeds; its sign follows the sampler's noise draw, and SC's residual is about "
-                 "a seventh of plain's (exploratory). The gradient's claims: the slide on notebook 10. Every interval and p: "
-                 "`docs/verdict.md`."))
+display(Markdown(stale_text + " Length (14): the drift alone; its sign follows each seed's noise draw, and SC "
+                 "leaves about a seventh of plain's (exploratory). Every interval and p: `docs/verdict.md`."))
 
 # %% [markdown] tags=["slide"]
 # ## What this does not show

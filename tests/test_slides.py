@@ -4,8 +4,10 @@ fetched from the network, every figure inside the HTML, reveal.js beside it), re
 rule (docs/verdict.md): every status, p and interval on a slide is the one scripts/verdict.py computes."""
 import base64
 import html as html_lib
+import json
 import math
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -58,10 +60,18 @@ def test_every_file_the_deck_asks_for_is_shipped(tmp_path):
     assert not re.findall(r"""(?:src|href)\s*=\s*["'](?:https?:)?//""", html), "the deck loads from the network"
 
 
-@pytest.mark.slow
-def test_deck_builds_offline_with_the_verdicts_numbers(tmp_path):
-    r = subprocess.run([sys.executable, str(REPO / "scripts" / "make_slides.py"), "--out", str(tmp_path)],
+@pytest.fixture(scope="module")
+def built_deck(tmp_path_factory):
+    """`make slides` into a folder of its own, once for this file's tests: (that folder, the finished process)."""
+    out = tmp_path_factory.mktemp("deck")
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "make_slides.py"), "--out", str(out)],
                        capture_output=True, text=True, cwd=REPO, timeout=600)
+    return out, r
+
+
+@pytest.mark.slow
+def test_deck_builds_offline_with_the_verdicts_numbers(built_deck):
+    tmp_path, r = built_deck
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     html = (tmp_path / "journal_club.slides.html").read_text()
     slides = int(re.search(r"\((\d+) slides\)", r.stdout).group(1))
@@ -107,6 +117,75 @@ def test_deck_builds_offline_with_the_verdicts_numbers(tmp_path):
     for width, png_width in images(html):  # drawn for the slide: 2 dots per displayed pixel, not a notebook PNG
         assert png_width == 2 * width, f"a figure of {png_width} px shown at {width} px: not drawn for the slide"
         assert width <= 1240, f"a figure {width} px wide does not fit the 1280 px slide"
+
+
+# Run in the built deck by a headless Chromium: at a 1280 × 720 window (the projector's), each slide in turn, every
+# line of text (its line boxes, not its paragraph's box) and every figure against the navigation arrows and the slide
+# number that reveal.js shows in the bottom-right corner, and against the slide's edges. Written into the page as
+# the body's data-layout attribute, which --dump-dom prints.
+LAYOUT_PROBE = """<script>
+function scrlLayout() {
+  const deck = document.querySelector(".reveal");
+  deck.style.width = "1280px"; deck.style.height = "720px";  // the window --dump-dom gives is smaller
+  Reveal.layout();
+  const shown = e => { const s = getComputedStyle(e); return s.display !== "none" && s.visibility !== "hidden"; };
+  const out = [];
+  document.querySelectorAll(".reveal .slides > section").forEach((section, i) => {
+    Reveal.slide(i);
+    const marks = Array.from(document.querySelectorAll(".reveal .controls button, .reveal .slide-number"))
+      .filter(shown).map(e => e.getBoundingClientRect()).filter(r => r.width > 0);
+    const boxes = [];
+    const walk = document.createTreeWalker(section, NodeFilter.SHOW_TEXT);
+    for (let t = walk.nextNode(); t; t = walk.nextNode()) {
+      if (!t.textContent.trim()) continue;
+      const range = document.createRange();
+      range.selectNodeContents(t);
+      for (const r of range.getClientRects()) boxes.push([r, t.textContent.trim().slice(0, 50)]);
+    }
+    section.querySelectorAll("img").forEach(e => boxes.push([e.getBoundingClientRect(), "a figure"]));
+    const problems = [];
+    for (const [r, what] of boxes) {
+      if (r.width === 0 || r.height === 0) continue;
+      if (marks.some(m => r.left < m.right && r.right > m.left && r.top < m.bottom && r.bottom > m.top))
+        problems.push("under the navigation: " + what);
+      if (r.bottom > 720 || r.right > 1280) problems.push("off the slide: " + what);
+    }
+    out.push({slide: i + 1, marks: marks.length, problems: problems});
+  });
+  document.body.setAttribute("data-layout", JSON.stringify(out));
+}
+window.addEventListener("load", () => { if (Reveal.isReady()) scrlLayout(); else Reveal.on("ready", scrlLayout); });
+</script>"""
+CHROMIUM = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+
+
+def layout_problems(deck: Path) -> dict:
+    """{slide number: what runs under the navigation arrows or the slide number, or off the 1280 × 720 slide} for the
+    deck built in `deck`, measured by CHROMIUM with LAYOUT_PROBE."""
+    html = (deck / "journal_club.slides.html").read_text()
+    end = html.rindex("</body>")
+    probe = deck / "layout_probe.html"
+    probe.write_text(html[:end] + LAYOUT_PROBE + html[end:])
+    r = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,720",
+                        "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()],
+                       capture_output=True, text=True, timeout=120)
+    found = re.search(r'data-layout="([^"]*)"', r.stdout)
+    assert found, f"the layout probe did not run: {r.stderr[-1000:]}"
+    slides = json.loads(html_lib.unescape(found.group(1)))
+    assert slides and all(s["marks"] >= 2 for s in slides), f"the probe found no arrows or slide number: {slides}"
+    return {s["slide"]: s["problems"] for s in slides if s["problems"]}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="measures the slides' layout in a headless Chromium, which is not "
+                                              "installed (apt-get install chromium)")
+def test_no_slide_runs_under_the_navigation_arrows(built_deck):
+    """At the projector's 1280 × 720, no line of text or figure of any slide reaches under reveal.js's navigation
+    arrows or slide number in the bottom-right corner, or off the slide (slides 6 and 15's captions did)."""
+    deck, r = built_deck
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    problems = layout_problems(deck)
+    assert not problems, f"slides whose text or figures run under the navigation or off the slide: {problems}"
 
 
 def deck_text(html: str) -> str:
