@@ -1,7 +1,9 @@
 """Score centering's extra cost over TRL's own loss at a real vocabulary, through TRL's path (a benchmark, not a test).
 
-A synthetic LM head at Qwen-like shapes (hidden 1,024, V = 151,936; 2,048 tokens; k = 128), float32 on the CPU's
-cores. One step = forward + backward of the loss from the final hidden states, in three arms:
+A synthetic LM head at Qwen-like shapes (hidden 1,024, V = 151,936; 2,048 tokens; k = 128) on the CPU's cores, in
+one of three precisions (--dtype): float32; bf16 (hidden states and LM head in bfloat16, a bf16 model); autocast
+(float32 tensors under CPU bf16 autocast, TRL's `bf16=True`). In bf16 and autocast the centering also moves TRL's
+log p(y) to the float32 softmax's (`reduced_logits`, `float32_logp_shift`), as the trainer does. One step = forward + backward of the loss from the final hidden states, in three arms:
   * trl:        TRL's fused, chunked LM head (`trl.kernels.ChunkedLogProbFunction`, log p(y) and the entropy, as
                 GRPOTrainer asks for them) and the policy-gradient term −A · log p(y) (token mean);
   * trl_sc:     the same plus the centering term as ScoreCenteringGRPOTrainer adds it: the logit gaps at the head
@@ -27,6 +29,8 @@ rep one unit). Peak memory: each arm once more in a fresh subprocess, its peak R
     OMP_NUM_THREADS=2 python scripts/bench_trl_head.py --reps 6 --out figures/bench_trl_head.json
     OMP_NUM_THREADS=2 python scripts/bench_trl_head.py --reps 12 --arms trl,trl_sc,sc_only --out figures/bench_trl_head_r12.json
     OMP_NUM_THREADS=2 python scripts/bench_trl_head.py --reps 2 --arms trl,trl_sc_old   (the earlier path)
+    OMP_NUM_THREADS=2 python scripts/bench_trl_head.py --reps 3 --dtype bf16 --out figures/bench_trl_head_bf16.json
+    OMP_NUM_THREADS=2 python scripts/bench_trl_head.py --reps 3 --dtype autocast --out figures/bench_trl_head_autocast.json
     THP_MEM_ALLOC_ENABLE=1 OMP_NUM_THREADS=2 python scripts/bench_trl_head.py --out figures/bench_trl_head_thp.json
 
 THP_MEM_ALLOC_ENABLE=1 is PyTorch's own switch (since 2.2) for allocating CPU tensors of 2 MB and more on transparent
@@ -47,7 +51,8 @@ from trl.kernels import ChunkedLogProbFunction
 
 import scrl_min
 from scrl_min.driver import cpu_record
-from scrl_min.trl import centering_head_logprobs, head_logit_gaps
+from scrl_min.trl import (centering_head_logprobs, float32_logp_shift, head_compute_dtype, head_logit_gaps,
+                          reduced_logits)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_centering import peak_memory_children, report, shape_arguments, status_mb  # noqa: E402
@@ -55,9 +60,10 @@ from bench_centering import peak_memory_children, report, shape_arguments, statu
 TRL_CHUNK = 32768  # TRL's _CHUNKED_LOGPROB_CHUNK_SIZE (trl 1.16): vocabulary columns per tile
 
 
-def make_inputs(n_tokens: int, hidden: int, vocab: int, k: int, noise: float, seed: int = 0):
-    """Hidden states h (N, H) and LM head W (V, H), both with grad; logits z = h Wᵀ with std ≈ 3; the sampler's
-    q = softmax(z + noise), its top-k head (ids, log q) (N, k) and y ~ q (N,). Built a block of rows at a time."""
+def make_inputs(n_tokens: int, hidden: int, vocab: int, k: int, noise: float, seed: int = 0, dtype: str = "float32"):
+    """Hidden states h (N, H) and LM head W (V, H), both with grad (bfloat16 for dtype "bf16", else float32); logits
+    z = h Wᵀ with std ≈ 3; the sampler's q = softmax(z + noise), its top-k head (ids, log q) (N, k) and y ~ q (N,).
+    Built a block of rows at a time."""
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(n_tokens, hidden, generator=g)
     W = torch.randn(vocab, hidden, generator=g) * (3.0 / hidden ** 0.5)
@@ -71,6 +77,8 @@ def make_inputs(n_tokens: int, hidden: int, vocab: int, k: int, noise: float, se
             top = lsm.topk(k, -1)
             ids.append(top.indices)
             lq.append(top.values)
+    if dtype == "bf16":
+        h, W = h.bfloat16(), W.bfloat16()
     return h.requires_grad_(), W.requires_grad_(), torch.cat(y), torch.cat(ids), torch.cat(lq)
 
 
@@ -80,9 +88,17 @@ class _Head(torch.nn.Module):
         self.weight, self.bias = W, None
 
 
-def step(arm: str, h, W, y, ids, lq, logp_y=None) -> dict:
-    """One forward + backward; gradients accumulate into h.grad and W.grad. Returns {"full_rows": n} for trl_sc and
-    sc_only. sc_only takes TRL's log p(y) values (N,) as `logp_y` (computed here when None)."""
+def step(arm: str, h, W, y, ids, lq, logp_y=None, autocast: bool = False) -> dict:
+    """One forward + backward (the forward under CPU bf16 autocast with `autocast`); gradients accumulate into h.grad
+    and W.grad. Returns {"full_rows": n} for trl_sc and sc_only. sc_only takes TRL's log p(y) values (N,) as `logp_y`
+    (computed here when None)."""
+    with torch.autocast("cpu", dtype=torch.bfloat16) if autocast else nullcontext():
+        loss, info = _forward(arm, h, W, y, ids, lq, logp_y)
+    loss.backward()
+    return info
+
+
+def _forward(arm, h, W, y, ids, lq, logp_y):
     N = y.shape[0]
     A = torch.linspace(-1, 1, N)  # advantages of both signs
     if arm == "sc_only":
@@ -93,41 +109,46 @@ def step(arm: str, h, W, y, ids, lq, logp_y=None) -> dict:
         if W.grad is None:  # TRL's dense ∂W, already there (the timing loop sets it outside the clock)
             W.grad = torch.zeros_like(W)
         loss = 0.0
-    gap = None
+    gap, rounded = None, None
     if arm in ("trl_sc", "trl_sc_gap_after", "sc_only"):
         # as ScoreCenteringGRPOTrainer does: the logit gaps from the backbone's hidden states before TRL's head runs
         # (trl_sc_gap_after: after it, as before 2026-12-05; their backward then runs first and holds its (V, H)
         # gradient through TRL's backward)
-        gap_now = lambda: head_logit_gaps(h[None], W, y[None], ids[None], 1.0)  # noqa: E731
-        gap = gap_now() if arm != "trl_sc_gap_after" else None
+        def gap_now():  # (gap, rounded) as the trainer's `_logit_gaps`
+            g, z, z_y = head_logit_gaps(h[None], W, y[None], ids[None], 1.0, raw=True)
+            dt = head_compute_dtype(h.dtype, "cpu", False)
+            return g, (None if torch.finfo(dt).bits >= 32 else
+                       (z, z_y, *reduced_logits(h[None], W, y[None], ids[None], z, z_y, dt)))
+        gap, rounded = gap_now() if arm != "trl_sc_gap_after" else (None, None)
     if arm != "sc_only":
         logp_y, _entropy, *_ = ChunkedLogProbFunction.apply(h, W, None, y, 1.0, TRL_CHUNK, None, 1.0,
                                                             ("log_probs", "entropy"))
         loss = -(A * logp_y).mean()  # TRL's policy term (no IS), token mean
         if arm == "trl_sc_gap_after":
-            gap = gap_now()
+            gap, rounded = gap_now()
     info = {}
     if arm != "trl":
         mask = torch.ones(1, N, dtype=torch.bool)
         if arm in ("trl_sc", "sc_only", "trl_sc_gap_after"):
+            shift = None if rounded is None else float32_logp_shift(logp_y[None], *rounded, ids[None], y[None], 1.0)
             lp_head, full = centering_head_logprobs(logp_y[None], h[None], _Head(W), y[None], ids[None], lq[None],
-                                                    mask, 1.0, dict(weighting="none"), nullcontext(), gap=gap)
+                                                    mask, 1.0, dict(weighting="none"), nullcontext(), gap=gap,
+                                                    logp_y_shift=shift)
             info["full_rows"] = int(full.sum())
         else:  # the earlier path: a second pass over the vocabulary
             lp_head = scrl_min.lm_head_logprobs(h[None], W, ids[None])
         term, _ = scrl_min.centering_term(lp_head, lq[None], A[None], mask)
         loss = loss + term.mean()
-    loss.backward()
-    return info
+    return loss, info
 
 
 def memory_child(args) -> None:
     """One arm once in this (fresh) process: its peak RSS above the inputs' RSS, in MiB, as JSON on stdout."""
-    inputs = make_inputs(args.tokens, args.hidden, args.vocab, args.k, args.noise)
+    inputs = make_inputs(args.tokens, args.hidden, args.vocab, args.k, args.noise, dtype=args.dtype)
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset VmHWM to the current RSS
     base = status_mb("VmRSS")
-    step(args.memory_child, *inputs)
+    step(args.memory_child, *inputs, autocast=args.dtype == "autocast")
     print(json.dumps({"base_mb": round(base, 1), "peak_mb": round(status_mb("VmHWM"), 1),
                       "extra_mb": round(status_mb("VmHWM") - base, 1)}))
 
@@ -149,15 +170,18 @@ def main() -> None:
     ap.add_argument("--arms", default="trl,trl_sc,sc_only",
                     help="comma-separated, from trl, trl_sc, sc_only, trl_sc_old (the earlier second-pass path), "
                          "trl_sc_gap_after (the logit gaps computed after TRL's head, their backward first)")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bf16", "autocast"),
+                    help="float32; bf16 (h and W in bfloat16); autocast (float32 under CPU bf16 autocast)")
     ap.add_argument("--out", default=None, help="write the results here as JSON")
     ap.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.memory_child:
         return memory_child(args)
     load0 = os.getloadavg()[0]
-    shape = dict(tokens=args.tokens, hidden=args.hidden, vocab=args.vocab, k=args.k, noise=args.noise)
+    shape = dict(tokens=args.tokens, hidden=args.hidden, vocab=args.vocab, k=args.k, noise=args.noise, dtype=args.dtype)
     print(f"shapes {shape}, torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
-    inputs = make_inputs(args.tokens, args.hidden, args.vocab, args.k, args.noise)
+    inputs = make_inputs(args.tokens, args.hidden, args.vocab, args.k, args.noise, dtype=args.dtype)
+    autocast = args.dtype == "autocast"
     arms = args.arms.split(",")
     known = {"trl", "trl_sc", "sc_only", "trl_sc_old", "trl_sc_gap_after"}
     if arms[0] != "trl" or not set(arms) <= known:
@@ -169,11 +193,11 @@ def main() -> None:
                 t.grad = None
             if arm == "sc_only":  # outside the timing: TRL's log p(y) values and the dense ∂W TRL leaves
                 inputs[1].grad = torch.zeros_like(inputs[1])
-                with torch.no_grad():
+                with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
                     lp_y = ChunkedLogProbFunction.apply(inputs[0], inputs[1], None, inputs[2], 1.0, TRL_CHUNK, None,
                                                         1.0, ("log_probs",))[0]
             t0 = time.perf_counter()
-            info = step(arm, *inputs, logp_y=lp_y if arm == "sc_only" else None)
+            info = step(arm, *inputs, logp_y=lp_y if arm == "sc_only" else None, autocast=autocast)
             dt = time.perf_counter() - t0
             if rep:
                 times[arm].append(dt)
@@ -184,7 +208,8 @@ def main() -> None:
     paired = {a: statistics.median(r) for a, r in ratios.items()}
     interval = {a: _mean_interval(r) for a, r in ratios.items()}
     # sc_only's stand-in ∂W is not the step's memory
-    memory = peak_memory_children(__file__, [a for a in arms if a != "sc_only"], args, "--noise", str(args.noise))
+    memory = peak_memory_children(__file__, [a for a in arms if a != "sc_only"], args, "--noise", str(args.noise),
+                                  "--dtype", args.dtype)
     import trl
     cpu = cpu_record()  # {"model", "isa", "torch"}
     try:

@@ -74,7 +74,7 @@ def measure(k: int, reps: int) -> dict:
 
         def centering():
             h, lp = leaves()
-            term, diag = tr._centering(h, lp, inputs, tr._logit_gaps(h, inputs))
+            term, diag = tr._centering(h, lp, inputs, *tr._logit_gaps(h, inputs))
             term.backward()
             return term, diag, lp
 

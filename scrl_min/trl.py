@@ -138,8 +138,10 @@ def distinct_names_reward_func(completions, target: int = 12, **kwargs) -> list:
 
 
 def task_trainer(output_dir: str, n_prompts: int = 8, model: str = str(DEFAULT_MODEL_PATH),
-                 reward_funcs=distinct_names_reward_func, **config) -> "ScoreCenteringGRPOTrainer":
-    """ScoreCenteringGRPOTrainer on the project's task: the policy `model` in float32 (default: the embedded tiny
+                 reward_funcs=distinct_names_reward_func, dtype: torch.dtype = torch.float32,
+                 **config) -> "ScoreCenteringGRPOTrainer":
+    """ScoreCenteringGRPOTrainer on the project's task: the policy `model` in `dtype` (default float32; bfloat16 for a
+    bf16 model, as `torch_dtype=torch.bfloat16` loads one) (default model: the embedded tiny
     Qwen3), `n_prompts` task prompts as chat messages (`make_task_dataset`, seed 0), and `ScoreCenteringConfig(
     output_dir=output_dir, **config)` on top of CPU-friendly defaults (no reporting, no checkpoints, float32, no
     progress bar). The tests, the 2-process check, notebook 05 and the scripts build their trainers here, so they
@@ -147,12 +149,51 @@ def task_trainer(output_dir: str, n_prompts: int = 8, model: str = str(DEFAULT_M
     field GRPOConfig does not have, and ScrlError for an option centering does not compose with."""
     torch.manual_seed(config.get("seed", 0))
     policy, tok = load_policy(model)
+    policy.to(dtype)
     rows = make_task_dataset(n_prompts, seed=0)["prompt"]
     ds = Dataset.from_list([{"prompt": [{"role": "user", "content": text}]} for text in rows])  # chat format
     defaults = dict(report_to="none", save_strategy="no", disable_tqdm=True, bf16=False, logging_steps=1, seed=0)
     args = ScoreCenteringConfig(output_dir=str(output_dir), **{**defaults, **config})
     return ScoreCenteringGRPOTrainer(model=policy, reward_funcs=reward_funcs, args=args, train_dataset=ds,
                                      processing_class=tok)
+
+
+# The TRL internals the trainer relies on (written against trl 1.16.0; module docstring, "TRL extension points used").
+# GRPOTrainer methods overridden or called, with the parameters the override receives
+TRL_METHODS = {"_generate_single_turn": ("prompt_ids", "images", "multimodal_fields", "num_generations"),
+               "_generate_and_score_completions": ("inputs",), "_compute_loss": ("model", "inputs")}
+# attributes GRPOTrainer.__init__ sets and the trainer reads (with use_vllm: also TRL's vLLM engine and its sync step)
+TRL_ATTRIBUTES = ("use_vllm", "vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
+                  "vllm_importance_sampling_clip_min", "vllm_importance_sampling_clip_max", "temperature", "loss_type",
+                  "max_completion_length", "eos_token_ids", "_tokenizer", "_metrics", "tools", "rollout_func",
+                  "environment_factories")
+TRL_VLLM_ATTRIBUTES = ("vllm_generation", "_last_loaded_step")
+
+
+def _missing_trl_hooks(trainer=None, use_vllm: bool = False) -> list:
+    """Names of the TRL internals in TRL_METHODS (GRPOTrainer's, with their parameters) and, given a trainer after
+    GRPOTrainer.__init__, TRL_ATTRIBUTES (and TRL_VLLM_ATTRIBUTES with use_vllm) that this TRL lacks: [] for trl 1.16."""
+    import inspect
+
+    missing = []
+    for name, params in TRL_METHODS.items():
+        method = getattr(GRPOTrainer, name, None)
+        have = () if method is None else tuple(inspect.signature(method).parameters)
+        missing += [f"GRPOTrainer.{name}({', '.join(params)})"] if not set(params) <= set(have) else []
+    if trainer is not None:
+        names = TRL_ATTRIBUTES + (TRL_VLLM_ATTRIBUTES if use_vllm else ())
+        missing += [f"GRPOTrainer attribute self.{n}" for n in names if not hasattr(trainer, n)]
+    return missing
+
+
+def _refuse_moved_trl(missing: list) -> None:
+    """Raise ScrlError naming the installed TRL version and the internals it lacks, if any."""
+    if missing:
+        import trl
+
+        raise ScrlError(f"ScoreCenteringGRPOTrainer relies on TRL internals that trl {trl.__version__} does not have: "
+                        f"{'; '.join(missing)} (written against trl 1.16.0, the version requirements.txt pins; see "
+                        f"'TRL extension points used' in scrl_min/trl.py)")
 
 
 def _refusals(a: ScoreCenteringConfig) -> dict:
@@ -239,7 +280,7 @@ def head_logprobs_from_sampled(logp_y: torch.Tensor, hidden: torch.Tensor, weigh
 
 
 def head_logit_gaps(hidden: torch.Tensor, weight: torch.Tensor, sampled_ids: torch.Tensor, head_ids: torch.Tensor,
-                    temperature: float = 1.0, *, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+                    temperature: float = 1.0, *, bias: Optional[torch.Tensor] = None, raw: bool = False):
     """(z_v − z_y) / T at the head ids v, z = h·Wᵀ + b: the part of log p(v) = log p(y) + (z_v − z_y) / T that the
     trainer's fused head does not give. The k + 1 logits per token are sampled sparse products (the head's k, and y's
     apart), in float32 outside autocast (float64 inputs stay float64); the weight's gradient is one (V, H) buffer.
@@ -254,9 +295,10 @@ def head_logit_gaps(hidden: torch.Tensor, weight: torch.Tensor, sampled_ids: tor
       weight:      (V, H) LM-head matrix; bias: (V,) or None
       sampled_ids: (...,) long, y_t;  head_ids: (..., k) long, the sampler's top-k ids
       temperature: T > 0
-    Returns (..., k), float32 (float64 for float64 inputs). Raises ScrlError on mismatched shapes, k outside [1, V],
-    an id outside [0, V) (naming its index), or T not > 0 (NaN included). Models whose logits are scaled or
-    soft-capped are refused by the trainer (the identity would need the same transform of z).
+    Returns (..., k), float32 (float64 for float64 inputs); with `raw`, (gap, z_head (..., k), z_y (...,)): also the
+    logits themselves (bias included, not divided by T, detached), for `float32_logp_shift`. Raises ScrlError on
+    mismatched shapes, k outside [1, V], an id outside [0, V) (naming its index), or T not > 0 (NaN included). Models
+    whose logits are scaled or soft-capped are refused by the trainer (the identity would need the same transform of z).
     """
     if not temperature > 0:  # NaN too
         raise ScrlError(f"temperature must be > 0, got {temperature}")
@@ -272,14 +314,100 @@ def head_logit_gaps(hidden: torch.Tensor, weight: torch.Tensor, sampled_ids: tor
                         f"[1, V]")
     y, head = sampled_ids.reshape(-1), head_ids.reshape(-1, k)  # (N,), (N, k)
     with torch.autocast(hidden.device.type, enabled=False):
-        gap = _HeadLogitGap.apply(hidden.reshape(-1, H), weight, y, head, 1.0 / temperature)  # (N, k)
+        gap, z, z_y = _HeadLogitGap.apply(hidden.reshape(-1, H), weight, y, head, 1.0 / temperature)  # (N, k) ×2, (N,)
         if bias is not None:
             gap = gap + (bias[head].to(gap.dtype) - bias[y, None].to(gap.dtype)) / temperature
+            z, z_y = z + bias.detach()[head].to(z.dtype), z_y + bias.detach()[y].to(z.dtype)
+    if raw:
+        return gap.reshape(*lead, k), z.reshape(*lead, k), z_y.reshape(lead)
     return gap.reshape(*lead, k)
 
 
+def head_compute_dtype(hidden_dtype: torch.dtype, device_type: str, cast_lm_head_to_fp32: bool) -> torch.dtype:
+    """The dtype TRL's fused LM head (trl 1.16, `ChunkedLogProbFunction`) computes its logits in: float32 with
+    `cast_lm_head_to_fp32`, else the autocast dtype where autocast is on (TRL's `bf16=True`), else the hidden states'
+    dtype (a bf16 model). Call it where TRL's head runs (inside the trainer's forward), so the autocast state is its."""
+    if cast_lm_head_to_fp32:
+        return torch.float32
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return hidden_dtype
+
+
+def reduced_logits(hidden, weight, sampled_ids, head_ids, z_head, z_y, dtype: torch.dtype, *, bias=None):
+    """The logits TRL's head computes in a reduced `dtype` (bf16, fp16), at the head ids and y, as float32 values.
+
+    TRL's head rounds h and W to `dtype` and takes z̃ = round(h̃ W̃ᵀ) from a GEMM that accumulates in float32 and
+    rounds its output to `dtype` (then + round(b), rounded again). Here: the same products at the k + 1 ids. Where h and
+    W are already in `dtype` (a bf16 model), h̃ W̃ᵀ is the float32 `z_head`, `z_y` of `head_logit_gaps(raw=True)`
+    (bias removed), rounded: no product. Otherwise (autocast over float32 weights) one more sampled product over the
+    rounded inputs (`_sampled_logits`). The accumulation order differs from TRL's GEMM, so about 1.5e-4 of the
+    logits round to the neighbouring value (measured: 768 × 129 and 1,024 × 129 logits, H = 256 and 1,024).
+
+    Args: hidden (..., H), weight (V, H), sampled_ids (...,), head_ids (..., k); z_head (..., k), z_y (...,) float32
+    logits with bias (`head_logit_gaps(raw=True)`); bias (V,) or None.
+    Returns (z̃_head (..., k), z̃_y (...,)) float32, detached: each a value of `dtype`.
+    """
+    with torch.no_grad():
+        if hidden.dtype == dtype and weight.dtype == dtype:
+            zt_head, zt_y = z_head.float(), z_y.float()
+            if bias is not None:  # h̃ W̃ᵀ alone, before TRL adds the bias
+                zt_head, zt_y = zt_head - bias[head_ids].float(), zt_y - bias[sampled_ids].float()
+        else:
+            H, k = weight.shape[-1], head_ids.shape[-1]
+            h, w = hidden.reshape(-1, H).to(dtype).float(), weight.to(dtype).float()
+            zt_head = _sampled_logits(h, w, head_ids.reshape(-1, k).sort(-1).values)  # rows' ids ascending
+            order = head_ids.reshape(-1, k).argsort(-1).argsort(-1)  # back to the head's order
+            zt_head = zt_head.view(-1, k).gather(1, order).view(head_ids.shape)
+            zt_y = _sampled_logits(h, w, sampled_ids.reshape(-1, 1)).view(sampled_ids.shape)
+        zt_head, zt_y = zt_head.to(dtype), zt_y.to(dtype)  # the GEMM's output rounding
+        if bias is not None:  # TRL: tile.add_(bias.to(dtype)), in dtype
+            b = bias.to(dtype)
+            zt_head, zt_y = zt_head + b[head_ids], zt_y + b[sampled_ids]
+        return zt_head.float(), zt_y.float()
+
+
+def float32_logp_shift(logp_y, z_head, z_y, zt_head, zt_y, head_ids, sampled_ids, temperature: float) -> torch.Tensor:
+    """δ_y = log p(y) − log p̃(y): what turns the log p(y) of a reduced-precision head into the float32 softmax's.
+
+    A bf16 head gives log p̃(y) = z̃_y / T − L̃ with z̃ its rounded logits and L̃ = log Σ_v exp(z̃_v / T); its error
+    (about 1e-2 nats) shifts every log p(v) = log p(y) + (z_v − z_y) / T alike, and the tail 1 − Σ_H p, a small
+    difference of numbers near 1, takes it whole: ρ = (1 − Σ_H q) / (1 − Σ_H p) is then off by that error over the
+    tail (factors up to thousands at tails of 0.5-5%). The float32 normalizer L = log Σ_v exp(z_v / T) differs from L̃
+    only through the logits' rounding, Σ_v (e^{z_v/T} − e^{z̃_v/T}); on S = H ∪ {y} both are known, and off S the
+    tail's rounding is left out (it moves log p(y) by at most tail · max|z − z̃| / T, a relative error of about
+    bf16's 2⁻⁸ on the tail, not an absolute one):
+
+        e^{L − L̃} = 1 + Σ_{v∈S} (e^{log p̃(y) + (z_v − z̃_y)/T} − e^{log p̃(y) + (z̃_v − z̃_y)/T})
+        δ_y = (z_y − z̃_y) / T − (L − L̃)
+
+    No pass over the vocabulary: the k + 1 logits in both precisions are all it reads.
+
+    Args:
+      logp_y:  (...,) log p̃(y) from the reduced-precision head (TRL's; only its value is used)
+      z_head, z_y: (..., k), (...,) float32 logits (`head_logit_gaps(raw=True)`), not divided by T
+      zt_head, zt_y: the same logits as the reduced-precision head computed them (`reduced_logits`)
+      head_ids, sampled_ids: (..., k), (...,) long; y counts once in S when it is also a head id
+      temperature: T > 0
+    Returns (...,) float32 δ_y, detached (add it to log p̃(y)'s value; the gradient stays the head's).
+    """
+    with torch.no_grad():
+        inv_t = 1.0 / temperature
+        # float32 as TRL's kernel scales its tiles (z · 1/T), then float64 for the sums
+        s, st = (z_head.float() * inv_t).double(), (zt_head.float() * inv_t).double()  # (..., k)
+        s_y, st_y = (z_y.float() * inv_t).double(), (zt_y.float() * inv_t).double()  # (...,)
+        base = logp_y.detach().double() - st_y  # log p̃(v) = base + z̃_v / T
+        y_apart = ~(head_ids == sampled_ids[..., None]).any(-1)  # y ∉ H: its own term
+        # Σ_{v∈S} (e^{z_v/T − L̃} − e^{z̃_v/T − L̃})
+        diff = ((base[..., None] + s).exp() - (base[..., None] + st).exp()).sum(-1)
+        diff = diff + torch.where(y_apart, (base + s_y).exp() - (base + st_y).exp(), 0.0)
+        # δ_y = (z_y − z̃_y)/T − log(1 + diff)
+        return ((s_y - st_y) - torch.log1p(diff.clamp(min=-1 + 1e-12))).float()  # 1 + diff > 0 unless z̃ is wrong
+
+
 def centering_head_logprobs(logp_y, hidden, lm_head, sampled_ids, head_ids, sampler_head_logp, mask,
-                            temperature: float, centering_kw: dict, head_ctx, head_fp32: bool = False, gap=None):
+                            temperature: float, centering_kw: dict, head_ctx, head_fp32: bool = False, gap=None,
+                            logp_y_shift=None):
     """The trainer's log-probs at the head ids for the centering term, as ScoreCenteringGRPOTrainer computes them.
 
     Every row from TRL's log p(y) and k + 1 logits (`head_logprobs_from_sampled`: no pass over the vocabulary),
@@ -296,9 +424,15 @@ def centering_head_logprobs(logp_y, hidden, lm_head, sampled_ids, head_ids, samp
       head_ctx: the context TRL's head runs in (its autocast, or autocast off);  head_fp32: TRL casts the head to fp32
       gap: (B, T, k) `head_logit_gaps` of these inputs when already computed (the trainer computes them before TRL's
            head runs); None computes them here
-    Returns (logp_head (B, T, k) float32 with grad, full (B, T) bool: the rows scored over the vocabulary). Raises
-    ScrlError (from `head_logprobs_from_sampled`) on shapes or ids.
+      logp_y_shift: (B, T) detached δ_y (`float32_logp_shift`) added to log p(y)'s value where TRL's head is reduced
+           precision, so the head log-probs, and so Σ_H p and ρ, are the float32 softmax's; None: TRL's value as is
+    Returns (logp_head (B, T, k) float32 with grad, full (B, T) bool: the rows scored over the vocabulary). The values
+    are the identity's on every row (the full-softmax rows take only their gradient from the pass over the
+    vocabulary, whose values carry TRL's rounding). Raises ScrlError (from `head_logprobs_from_sampled`) on shapes or
+    ids.
     """
+    if logp_y_shift is not None:  # log p(y) = log p̃(y) + δ_y: the float32 value, the head's gradient
+        logp_y = logp_y + logp_y_shift.detach().to(logp_y.dtype)
     # log p(v) = log p(y) + (z_v − z_y) / T, v ∈ H: (B, T, k)
     logp_head = head_logprobs_from_sampled(logp_y, hidden, lm_head.weight, sampled_ids, head_ids, temperature,
                                            bias=lm_head.bias, gap=gap)
@@ -312,13 +446,14 @@ def centering_head_logprobs(logp_y, hidden, lm_head, sampled_ids, head_ids, samp
             h, weight = h.float(), weight.float()
         with head_ctx:
             exact = lm_head_logprobs(h, weight, head_ids[full], temperature)  # (n, k)
-        logp_head = logp_head.index_put((full,), exact)
+        # the identity's values (float32 where shifted), the full softmax's gradient
+        logp_head = logp_head.index_put((full,), logp_head[full].detach() + (exact - exact.detach()))
     return logp_head, full
 
 
 class _HeadLogitGap(torch.autograd.Function):
     """(z_v − z_y) / T for v = head[:, j], z = h Wᵀ: h (N, H), weight (V, H), y (N,), head (N, k) with k ≤ V → (N, k),
-    float32 (float64 for float64 inputs). The logits are sparse products that compute only the entries they name
+    float32 (float64 for float64 inputs), and, without gradient, the logits z_v (N, k) and z_y (N,) themselves. The logits are sparse products that compute only the entries they name
     (`sampled_addmm`): the (token, head id) pairs as one (N × V) CSR pattern, and y's as another of one entry a row
     (kept apart: the k + 1 pairs of a row could outnumber V, which the product refuses; the same kernel for both keeps
     z_v − z_y exactly 0 at v = y). Backward, with D the (N × V) sparse matrix of ∂/∂z at the pairs: ∂h = D W (a CSR
@@ -344,10 +479,11 @@ class _HeadLogitGap(torch.autograd.Function):
         z_y = _sampled_logits(h, weight, y[:, None])  # (N,)
         ctx.save_for_backward(h_in, w_in, y, sid, order)
         ctx.dt, ctx.inv_t = dt, inv_t
-        return (z - z_y[:, None]) * inv_t
+        ctx.mark_non_differentiable(z, z_y)  # the raw logits, for `float32_logp_shift` (values only)
+        return (z - z_y[:, None]) * inv_t, z, z_y
 
     @staticmethod
-    def backward(ctx, g):  # g (N, k)
+    def backward(ctx, g, *_):  # g (N, k); the raw logits carry no gradient
         h, weight, y, sid, order = ctx.saved_tensors
         h, weight = h.to(ctx.dt), weight.to(ctx.dt)
         (N, k), V = sid.shape, weight.shape[0]
@@ -407,7 +543,8 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
     score_centering/{loss, head_mass_q, head_mass_p, rho_mean, rho_at_bound, full_softmax_rows}, sampling/mismatch_kl
     (k3 estimate of KL(q‖p) on sampled tokens) and, with vLLM, score_centering/sync_probe_mean_abs (|Δ log p| on the
     probe after the last weight sync). Raises ScrlError at construction for an option the centering term does not compose with (it
-    names it), and for a vLLM engine that caps its log-probs below k or returns something other than log q.
+    names it), for a vLLM engine that caps its log-probs below k or returns something other than log q, and for a TRL
+    whose internals this subclass relies on have moved (TRL_METHODS, TRL_ATTRIBUTES: it names the version and each).
     """
 
     def __init__(self, model, reward_funcs=None, args: Optional[ScoreCenteringConfig] = None, *rest, **kwargs):
@@ -417,8 +554,10 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
         if bad:
             raise ScrlError(f"ScoreCenteringGRPOTrainer does not support: {'; '.join(bad)}")
         self._is_setting(args)  # raises on an IS setting outside the weighting table
+        _refuse_moved_trl(_missing_trl_hooks())  # before TRL builds anything
         with _colocate_engine_kwargs(args):
             super().__init__(model, reward_funcs, args, *rest, **kwargs)
+        _refuse_moved_trl(_missing_trl_hooks(self, args.use_vllm))
         a = self.args
         refuse = {"tools, environments or rollout_func": bool(self.tools) or self.rollout_func is not None
                       or self.environment_factories is not None,
@@ -658,7 +797,7 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
         unwrapped = self.accelerator.unwrap_model(model)
         seen = {"hidden": [], "logp": [], "gap": []}
 
-        def backbone_done(module, args, out):
+        def backbone_done(module, args, out):  # inside TRL's forward: its autocast state is the head's
             seen["hidden"].append(out.last_hidden_state)
             if len(seen["hidden"]) == 1:
                 seen["gap"].append(self._logit_gaps(out.last_hidden_state, inputs))
@@ -674,34 +813,49 @@ class ScoreCenteringGRPOTrainer(GRPOTrainer):
             raise ScrlError(f"TRL's loss ran {len(seen['logp'])} fused forwards where the centering term expects one")
         T, mask = inputs["completion_ids"].shape[1], inputs["completion_mask"].bool()
         logp_y = seen["logp"][0][:, -T:]  # (B, T) TRL's log p(y_t), with grad
-        term, diag = self._centering(seen["hidden"][0], logp_y, inputs, seen["gap"][0])
+        term, diag = self._centering(seen["hidden"][0], logp_y, inputs, *seen["gap"][0])
         # log r_t = log p(y_t) − log q(y_t): TRL's own log p(y_t), detached
         log_ratio = logp_y.detach().float() - inputs["sampling_per_token_logps"].float()
         self._log_centering(term, diag, log_ratio, mask)
         return loss + term
 
     def _logit_gaps(self, hidden, inputs):
-        """(B, T, k) `head_logit_gaps` of the batch's completion tokens from the backbone's last hidden states
-        (B, P + T, H): row P − 1 + t scores completion token t."""
+        """(gap (B, T, k) `head_logit_gaps` of the batch's completion tokens from the backbone's last hidden states
+        (B, P + T, H), row P − 1 + t scoring completion token t; rounded: None where TRL's head computes in float32,
+        else its reduced-precision logits at the head ids and y (`reduced_logits`) and the float32 ones, for
+        `float32_logp_shift`). Called where TRL's head runs, so `head_compute_dtype` reads its autocast state."""
         P, T = inputs["prompt_ids"].shape[1], inputs["completion_ids"].shape[1]
         head = self.accelerator.unwrap_model(self.model).get_output_embeddings()
-        return head_logit_gaps(hidden[:, P - 1:P - 1 + T], head.weight, inputs["completion_ids"],
-                               inputs["sampler_head_ids"], self.temperature, bias=head.bias)
+        h, y, ids = hidden[:, P - 1:P - 1 + T], inputs["completion_ids"], inputs["sampler_head_ids"]
+        gap, z_head, z_y = head_logit_gaps(h, head.weight, y, ids, self.temperature, bias=head.bias, raw=True)
+        dtype = head_compute_dtype(hidden.dtype, hidden.device.type, self.args.cast_lm_head_to_fp32)
+        if torch.finfo(dtype).bits >= 32:  # TRL's log p(y) is float32 already
+            return gap, None
+        return gap, (z_head, z_y, *reduced_logits(h, head.weight, y, ids, z_head, z_y, dtype, bias=head.bias))
 
-    def _centering(self, hidden, logp_y, inputs, gap=None):
+    def _centering(self, hidden, logp_y, inputs, gap=None, rounded=None):
         """(the reduced centering term, its diag) from the backbone's last hidden states (B, P + T, H), TRL's
         log p(y_t) (B, T) and the batch: log p at the head ids (`centering_head_logprobs`; row P − 1 + t scores
-        completion token t), core's `centering_term` with the weighting of TRL's IS options, TRL's sequence ratio
-        where it has one, TRL's reduction; `gap` (B, T, k): `_logit_gaps` when already computed. diag["full_softmax_rows"]
+        completion token t), with log p(y)'s value moved to the float32 softmax's where TRL's head is reduced precision
+        (`float32_logp_shift`), core's `centering_term` with the weighting of TRL's IS options, TRL's sequence ratio
+        where it has one, TRL's reduction; `gap`, `rounded`: `_logit_gaps` when already computed. diag["full_softmax_rows"]
         (B, T) marks the rows scored over the vocabulary."""
         P, T = inputs["prompt_ids"].shape[1], inputs["completion_ids"].shape[1]
         mask, lq = inputs["completion_mask"].bool(), inputs["sampler_head_logp"]
         kw, sequence_level = self._is_setting()
+        if gap is None:
+            with self.accelerator.autocast():  # TRL's head's context, for its compute dtype
+                gap, rounded = self._logit_gaps(hidden, inputs)
+        shift = None
+        if rounded is not None:  # δ_y = log p(y) − log p̃(y), (B, T)
+            shift = float32_logp_shift(logp_y, *rounded, inputs["sampler_head_ids"], inputs["completion_ids"],
+                                       self.temperature)
         fp32 = self.args.cast_lm_head_to_fp32  # the numerics of TRL's own LM head, for the full-softmax rows
         logp_head, full = centering_head_logprobs(
             logp_y, hidden[:, P - 1:P - 1 + T], self.accelerator.unwrap_model(self.model).get_output_embeddings(),
             inputs["completion_ids"], inputs["sampler_head_ids"], lq, mask, self.temperature, kw,
-            torch.autocast(hidden.device.type, enabled=False) if fp32 else self.accelerator.autocast(), fp32, gap)
+            torch.autocast(hidden.device.type, enabled=False) if fp32 else self.accelerator.autocast(), fp32, gap,
+            shift)
         # sg(A_t) · Σ_{v∈H} sg(c_v) · log p(v), (B, T)
         term, diag = centering_term(logp_head, lq, inputs["advantages"], mask, **kw)
         diag["full_softmax_rows"] = full.float()

@@ -252,7 +252,7 @@ def _full_pass_centering(tr, fp32: bool):
     """The trainer's `_centering` with the head log-probs from a log-softmax over the whole vocabulary (the path
     before `head_logprobs_from_sampled`): in float32 logits (fp32=True, the reference) or in the same bf16 autocast as
     TRL's forward (the earlier path, whose distance to the reference is bf16's own round-off)."""
-    def centering(hidden, logp_y, inputs, gap=None):  # gap: the trainer's logit gaps, unused by this reference
+    def centering(hidden, logp_y, inputs, gap=None, rounded=None):  # the trainer's logit gaps: unused here
         P, T = inputs["prompt_ids"].shape[1], inputs["completion_ids"].shape[1]
         mask = inputs["completion_mask"].bool()
         h, W = hidden[:, P - 1:P - 1 + T], tr.model.get_output_embeddings().weight
