@@ -959,12 +959,22 @@ def claims_table(cs: list | None = None) -> str:
     return "\n".join(lines)
 
 
+# The README's short table: these claims (the full table is the page's); a claim is chosen by how its text begins
+README_CLAIMS = ("A mismatched sampler costs plain training reward", "Score centering recovers it",
+                 "SC matches TIS (", "SC matches MIS (", "SC + IS beats IS", "SC is more than a group baseline",
+                 "SC's edge grows with the mismatch (sc − plain", "SC's one-update gradient is closer",
+                 "… and costs IS nothing (SC + IS non-inferior to IS at −0.05); the sampler refreshed",
+                 "A mismatched sampler drifts the completion length")
+
+
 def readme_table(rs=None, cs: list | None = None) -> str:
     """The README's short form of the claims table (`cs`, claims() when None): claim, where, mean ± 95%, status in
     a few words. `rs` is accepted for the deck's older call (readme_table(rows)) and ignored: the claims always
     come from tested_rows()."""
     lines = ["| the article's claim | where | paired difference | status |", "|---|---|---|---|"]
     for c in (claims() if cs is None else cs):
+        if not c["claim"].startswith(README_CLAIMS):
+            continue
         lines.append(f"| {c['claim']} | {c['where'].split(' · ')[0]} | {c['short']} | {c['short_status']} |")
     return "\n".join(lines)
 
@@ -1271,6 +1281,97 @@ def with_tests(rs: list, alpha: float = ALPHA) -> list:
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 # The blocks of docs/verdict.md and README.md
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+# The article's regime (group-centred advantages): notebook 16's claim rows, collected from its JSON as written
+# there by `scrl_min.test_family` (the rule is not recomputed here), and notebook 13's two centred arms beside them
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+REGIME_WORDING = {"G1": "A mismatched sampler costs GRPO (plain < bf16, both with group-centred advantages)",
+                  "G1'": "… or costs it nothing worth a correction (plain and bf16 equivalent within ±0.05)",
+                  "G2": "Score centering recovers it (SC > plain)",
+                  "G3": "SC matches MIS (equivalent within ±0.05)",
+                  "G3'": "SC matches or beats MIS (non-inferior at −0.05)"}
+
+
+def _centred_arms_13() -> dict:
+    """Notebook 13's centred arms (lr 0.25 with A = 2(r − mean_G r) on FP8 + σ 0.1) against its raw-reward arms,
+    AUC per seed: {name: (mean, 95% half-width, n)}, descriptive, and its pre-registered A7 and exploratory rows."""
+    c = _load("13_confirmatory.json")
+    if c is None:
+        return {}
+    auc = {a: np.array(v["auc_per_seed"]) for a, v in c["per_arm"].items()}
+    out = {name: (*map(float, mean_ci95(auc[a] - auc[b])), len(auc[a]))
+           for name, a, b in (("baseline − bf16", "baseline", "bf16"), ("baseline − sc", "baseline", "sc"))}
+    a7 = next(r for r in c["families"]["primary (AUC)"] if r["name"] == "sc − baseline")
+    ex = next((r for r in c["families"].get("exploratory (AUC)", []) if r["name"] == "sc_baseline − baseline"), None)
+    return dict(out, a7=a7, sc_added=ex, baseline_auc=float(auc["baseline"].mean()), sc_auc=float(auc["sc"].mean()),
+                bf16_auc=float(auc["bf16"].mean()))
+
+
+def regime_text() -> str:
+    """The verdict page's section on the article's regime: notebook 16's primary rows when its JSON is committed
+    (else a line saying it is pre-registered and running), then notebook 13's centred arms, A7 with what it mixes."""
+    g = _load("16_grpo_regime.json")
+    lines = []
+    if g is None:
+        lines.append("Notebook 16 (group-centred advantages for every arm, 80 fresh seeds, pre-registered with the "
+                     "setting notebook 15's gradient pilot chose) has not finished: its claims G1-G3′ are not decided "
+                     "yet, and no row below decides them.")
+    else:
+        lines += ["| the article's claim, group-centred advantages | paired difference (AUC) | status |", "|---|---|---|"]
+        for r in g["claims"]:
+            if r["family"] == "primary (AUC)" and r["id"] in REGIME_WORDING:
+                extra = "" if r["p_holm"] < ALPHA else f" ({r['seeds_at_stated_effect']} seeds would decide it at a 0.05 effect)"
+                lines.append(f"| {REGIME_WORDING[r['id']]} | {fmt(r['mean'], d=3)} ± {fmt(r['ci95'], False, 3)} "
+                             f"({r['n']} seeds) | {r['status']}{extra} |")
+    c = _centred_arms_13()
+    if c:
+        a7, ex = c["a7"], c["sc_added"]
+        d = c["baseline − bf16"]
+        lines += ["", f"Notebook 13's row A7 (SC − baseline {fmt(a7['mean'])} ± {fmt(a7['ci95'], False)} AUC, "
+                      f"{a7['status']}) mixes two things: its `baseline` arm has group-centred advantages on the "
+                      f"mismatched sampler, and it beats even the no-mismatch reference with raw rewards (baseline − "
+                      f"bf16 {fmt(d[0])} ± {fmt(d[1], False)}, {d[2]} seeds, descriptive), so most of A7 is the "
+                      f"baseline's variance reduction, not the drift."
+                      + (f" SC added to the group baseline (its exploratory row) gives sc_baseline − baseline "
+                         f"{fmt(ex['mean'])} ± {fmt(ex['ci95'], False)}: {ex['status']}." if ex else "")]
+    return "\n".join(lines)
+
+
+def findings() -> str:
+    """The README's first-screen findings: a few plain sentences per regime, from notebooks 13 and 16's JSON."""
+    c13, c = _load("13_confirmatory.json"), _centred_arms_13()
+    if c13 is None:
+        return ""
+    rows = {r["name"]: r for r in c13["families"]["primary (AUC)"]}
+    cost, rec = rows["plain − bf16"], rows["sc − plain"]
+    mis = next(r for r in c13["families"]["primary (AUC)"] if r["name"] == "sc − mis" and r["test"] == "equivalent")
+    tis = next(r for r in c13["families"]["primary (AUC)"] if r["name"] == "sc − tis" and r["test"] == "equivalent")
+    raw = (f"**Raw rewards as advantages (A = r, REINFORCE without a baseline: the regime that favours score centering "
+           f"most).** On {cost['n']} fresh seeds, pre-registered (notebook 13), a mismatched sampler (FP8 + 10% weight "
+           f"noise) costs plain training {fmt(-cost['mean'], False, 2)} of the mean clean reward over training "
+           f"({cost['status']}); score centering gets {fmt(rec['mean'], False, 2)} of it back ({rec['status']}) and "
+           f"matches TIS and MIS within ±{MARGIN:g} ({tis['status'].split(' within')[0]}, both). Under FP8 alone no cost "
+           f"is detectable at this size.")
+    g = _load("16_grpo_regime.json")
+    if g is None:
+        ex = c["sc_added"]
+        centred = (f"**Group-centred advantages (the article's GRPO recipe).** The same sampler with the group-mean "
+                   f"baseline and no correction trains far better than any raw-reward arm (notebook 13: a mean clean "
+                   f"reward of {c['baseline_auc']:.2f} over training, against SC's {c['sc_auc']:.2f} and the raw "
+                   f"no-mismatch reference's {c['bf16_auc']:.2f}), and SC added to it changes "
+                   f"{fmt(ex['mean'], d=2)} ± {fmt(ex['ci95'], False, 2)} ({ex['status']}). Whether the mismatch costs "
+                   f"GRPO anything here is notebook 16's question: pre-registered, its runs in progress.")
+    else:
+        by = {r["id"]: r for r in g["claims"] if r["family"] == "primary (AUC)"}
+        no_cost = by["G1'"]["status"]
+        centred = (f"**Group-centred advantages (the article's GRPO recipe; notebook 16, {by['G1']['n']} fresh seeds, "
+                   f"pre-registered).** plain − bf16 {fmt(by['G1']['mean'], d=3)} ± {fmt(by['G1']['ci95'], False, 3)}: "
+                   f"cost {by['G1']['status']}, no cost {no_cost}; SC − plain "
+                   f"{fmt(by['G2']['mean'], d=3)} ({by['G2']['status']}); SC − MIS {fmt(by['G3']['mean'], d=3)} "
+                   f"({by['G3']['status']}).")
+    return raw + "\n\n" + centred
+
+
 def made(rs: list | None = None) -> dict:
     """Everything generated, by block name: the page's (claims, ladder, forest, severity, gradient) and the
     README's (readme, readme_note), from one computation of the rows."""
@@ -1279,12 +1380,12 @@ def made(rs: list | None = None) -> dict:
     grs = gradient_rows(g)
     cs = claims(rs, slopes, g, confirmatory_rows(), staleness_rows())
     return {"claims": claims_table(cs), "ladder": ladder_table(), "forest": forest_table(rs),
-            "severity": severity_text(rs, slopes), "gradient": gradient_text(g, grs),
-            "readme": readme_table(cs=cs), "readme_note": readme_note(cs)}
+            "severity": severity_text(rs, slopes), "gradient": gradient_text(g, grs), "regime": regime_text(),
+            "readme": readme_table(cs=cs), "readme_note": readme_note(cs), "findings": findings()}
 
 
-PAGE_BLOCKS = ("claims", "ladder", "forest", "severity", "gradient")
-README_BLOCKS = ("readme", "readme_note")
+PAGE_BLOCKS = ("claims", "readme_note", "ladder", "forest", "severity", "gradient", "regime")
+README_BLOCKS = ("readme", "findings")
 
 
 def blocks(rs=None) -> dict:
