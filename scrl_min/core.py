@@ -38,7 +38,7 @@ Deviations from the paper and from a production trainer (numbered, on purpose)
      int4 group-wise) and an FP8 KV cache, emulated in float32.
   2. One optimizer step per rollout batch (no PPO epochs), SGD by default as in the paper's small runs.
   3. The task is "distinct Python names" (task.py: prompts, the verifier's reward, the model's location),
-     not Countdown: a 3.6M-parameter model cannot learn arithmetic search, and this task's best policy is
+     not Countdown: a 3.7M-parameter model cannot learn arithmetic search, and this task's best policy is
      high-entropy, which keeps the mismatch (and so the drift) alive for the whole run.
   4. The advantage mode is an experimental axis: raw rewards (REINFORCE, no baseline), ±1-style signed
      rewards, GRPO group-normalized, or the paper's recipe (±1-style, centred per group, no std
