@@ -206,8 +206,8 @@ from scipy import stats
 
 import scrl_min
 from scrl_min import (ARM_COLORS, DEFAULT_MODEL_PATH, REPO_ROOT, Trainer, arm_config, band_plot, check_layout,
-                      collapsed, curve_auc, eval_curve, final_reward, holm, mcnemar_exact, mean_ci95, p_text, rl_step,
-                      run_grid, trainer_logprobs, with_run_dir)
+                      collapsed, curve_auc, eval_curve, final_reward, forest_plot, heterogeneity, holm, mcnemar_exact,
+                      mean_ci95, p_text, per_seed_plot, rl_step, run_grid, test_family, trainer_logprobs, with_run_dir)
 
 # The arms of this notebook: a scrl_min preset (`scrl_min.ARMS`) and whether it trains with the group baseline
 # (centred advantages at lr × baseline_lr_scale). Every other arm has raw rewards as advantages (A = r).
@@ -564,19 +564,11 @@ def seed_machines(family: str, names: list, family_seeds: list) -> dict:
 
 
 def add_heterogeneity(rows: list, values: dict, hypotheses: list, kinds: dict, family_seeds: list) -> None:
-    """Per row, the per-CPU-kind mean ± 95% (`per_cpu`) and, with 2 or more kinds of at least 2 seeds each, the
-    heterogeneity p (`het_p`: Welch's t for two kinds, one-way ANOVA for more) of the per-seed differences."""
-    groups = {}
-    for i, s in enumerate(family_seeds):
-        if kinds[s] not in ("mixed", "unknown"):
-            groups.setdefault(kinds[s], []).append(i)
+    """Per row, the per-CPU-kind mean ± 95% (`per_cpu`) and the heterogeneity p (`het_p`) of the per-seed
+    differences: `scrl_min.heterogeneity` (Welch's t for two kinds, one-way ANOVA for more)."""
+    seed_kinds = [kinds[s] for s in family_seeds]
     for r, (a, b, _) in zip(rows, hypotheses):
-        d = np.asarray(values[a], float) - np.asarray(values[b], float)
-        parts = {k: d[idx] for k, idx in groups.items() if len(idx) >= 2}
-        r["per_cpu"] = {k: dict(seeds=len(v), mean=float(mean_ci95(v)[0]), ci95=float(mean_ci95(v)[1]))
-                        for k, v in parts.items()}
-        r["het_p"] = (None if len(parts) < 2 else float(stats.ttest_ind(*parts.values(), equal_var=False).pvalue)
-                      if len(parts) == 2 else float(stats.f_oneway(*parts.values()).pvalue))
+        r.update(heterogeneity(np.asarray(values[a], float) - np.asarray(values[b], float), seed_kinds))
 
 
 def print_heterogeneity(title: str, rows: list, kinds: dict) -> None:
@@ -593,83 +585,14 @@ def print_heterogeneity(title: str, rows: list, kinds: dict) -> None:
 # %% [markdown]
 # ## The tests
 #
-# `paired_test` is one paired t test over seeds (the pre-registration's four kinds); `test_family` runs a
-# family's hypotheses and Holm's step-down over them, with the Holm-level intervals and the statuses declared
-# above. The seed count that would decide an undecided row: the smallest n with (t_{1−a, n−1} + t_{0.8, n−1}) ·
-# sd / √n ≤ effect, where effect is how far the observed mean lies beyond the null's edge (80% power at Holm's
-# level a for this row, if the observed mean and sd were the truth).
+# The rule is `scrl_min.test_family` (defined once, in `scrl_min/stats.py`, for every pre-registered notebook): one
+# paired t test per hypothesis over seeds (the pre-registration's four kinds: one-sided, TOST, non-inferiority), then
+# Holm's step-down over the family, with the Holm-level intervals and the statuses declared above. The seed count
+# that would decide an undecided row: the smallest n with (t_{1−a, n−1} + t_{0.8, n−1}) · sd / √n ≤ effect, where
+# effect is how far the observed mean lies beyond the null's edge (80% power at Holm's level a for this row, if the
+# observed mean and sd were the truth).
 
 # %%
-def paired_test(d: np.ndarray, test: str) -> float:
-    """p value of one paired test over seeds. d: (n,) per-seed differences a − b, reward units; Student t with
-    n − 1 degrees of freedom. test: 'less' (H1: mean < 0), 'greater' (H1: mean > 0), 'noninferior'
-    (H1: mean > −margin), 'equivalent' (H1: |mean| < margin; TOST: the larger p of H0 mean ≤ −margin and
-    H0 mean ≥ +margin, Schuirmann 1987). Raises ValueError for fewer than 2 seeds or an unknown test."""
-    if len(d) < 2:
-        raise ValueError(f"a paired test needs at least 2 seeds, got {len(d)}")
-    se, df = d.std(ddof=1) / math.sqrt(len(d)), len(d) - 1
-
-    def above(null):  # p of H0: mean <= null against H1: mean > null
-        return float(d.mean() <= null) if se == 0 else float(stats.t.sf((d.mean() - null) / se, df))
-
-    def below(null):  # p of H0: mean >= null against H1: mean < null
-        return float(d.mean() >= null) if se == 0 else float(stats.t.cdf((d.mean() - null) / se, df))
-
-    if test == "less":
-        return below(0.0)
-    if test == "greater":
-        return above(0.0)
-    if test == "noninferior":
-        return above(-margin)
-    if test == "equivalent":
-        return max(above(-margin), below(margin))
-    raise ValueError(f"unknown test {test!r}; choose less, greater, noninferior or equivalent")
-
-
-def seeds_to_decide(sd: float, effect: float, level: float):
-    """The paired seeds a one-sided t test at `level` needs for 80% power when the true mean lies `effect` beyond
-    the null's edge, per-run sd `sd`: the smallest n with (t_{1−level, n−1} + t_{0.8, n−1}) · sd / √n ≤ effect.
-    None when effect ≤ 0 (the point estimate is on the null's side) or sd = 0."""
-    if effect <= 0 or sd == 0:
-        return None
-    return next((n for n in range(2, 100_000)
-                 if (stats.t.ppf(1 - level, n - 1) + stats.t.ppf(0.8, n - 1)) * sd / math.sqrt(n) <= effect), None)
-
-
-CLAIM = {"less": "reproduced", "greater": "reproduced", "equivalent": f"equivalent within ±{margin:g}",
-         "noninferior": f"non-inferior at −{margin:g}"}
-
-
-def test_family(values: dict, hypotheses: list) -> list:
-    """One pre-registered family: for each (a, b, test), the paired test of a − b over seeds, then Holm at `alpha`.
-
-    values: {arm: (n,) per-seed values}, seeds in the same order for every arm. Returns one dict per hypothesis:
-    name, test, mean, ci95 (95% t half-width), p, p_holm, holm_level (a = α/(m − k) at Holm's step k), ci_holm
-    (half-width of the (1 − 2a) t interval), wins (seeds in the claim's direction), n, status, seeds_to_decide."""
-    rows = []
-    for a, b, test in hypotheses:
-        d = np.asarray(values[a], float) - np.asarray(values[b], float)
-        mean, half = mean_ci95(d)
-        wins = {"less": d < 0, "greater": d > 0, "noninferior": d > -margin, "equivalent": abs(d) < margin}[test]
-        rows.append(dict(name=f"{a} − {b}", test=test, mean=float(mean), ci95=float(half), sd=float(d.std(ddof=1)),
-                         p=paired_test(d, test), wins=int(wins.sum()), n=len(d)))
-    rank = np.argsort(np.argsort([r["p"] for r in rows], kind="stable"), kind="stable")
-    for r, ph, k in zip(rows, holm([r["p"] for r in rows]), rank):
-        level = alpha / (len(rows) - k)
-        h = float(stats.t.ppf(1 - level, r["n"] - 1) * r["sd"] / math.sqrt(r["n"]))
-        lo, hi = r["mean"] - h, r["mean"] + h
-        against = {"less": lo > 0, "greater": hi < 0, "noninferior": hi < -margin,
-                   "equivalent": lo >= margin or hi <= -margin}[r["test"]]
-        effect = {"less": -r["mean"], "greater": r["mean"], "noninferior": r["mean"] + margin,
-                  "equivalent": margin - abs(r["mean"])}[r["test"]]
-        n_decide = seeds_to_decide(r["sd"], effect, level)
-        status = (CLAIM[r["test"]] if ph < alpha else "contradicted" if against
-                  else f"not decided (≈{n_decide} seeds)" if n_decide else "not decided")
-        r.update(p_holm=float(ph), holm_level=float(level), ci_holm=h, status=status,
-                 seeds_to_decide=n_decide, smallest_margin=float(max(abs(lo), abs(hi))))
-    return rows
-
-
 def print_family(title: str, rows: list) -> None:
     """A family's table: mean ± 95%, the Holm-level interval, p, Holm p, wins, status."""
     print(f"\n{title}")
@@ -725,10 +648,10 @@ for arm in all_arms:
                           collapsed_per_seed=out_a["collapsed"][arm].tolist(), kl_qp_step0=kl0)
     print(f"{arm:12s}{am:9.3f} ± {ah:.3f}{fm:9.3f} ± {fh:.3f}{int(out_a['collapsed'][arm].sum()):>7d}/{len(seeds)}"
           f"{kl0:16.2e}")
-families_a = {"primary (AUC)": test_family(out_a["auc"], family_a),
-              "secondary (final clean reward)": test_family(out_a["final"], family_a)}
+families_a = {"primary (AUC)": test_family(out_a["auc"], family_a, margin, alpha),
+              "secondary (final clean reward)": test_family(out_a["final"], family_a, margin, alpha)}
 if exploratory:
-    families_a["exploratory (AUC)"] = test_family(out_a["auc"], exploratory)
+    families_a["exploratory (AUC)"] = test_family(out_a["auc"], exploratory, margin, alpha)
 kinds_a = seed_machines("A", all_arms, seeds)
 for title, rows in families_a.items():
     print_family(f"family A, {title}: Holm over {len(rows)}", rows)
@@ -754,34 +677,6 @@ print("\nAUC, seeds where neither run of the pair collapsed (descriptive): " + "
 # the ±margin of the equivalence and non-inferiority rows; blue: decided in the claim's direction.
 
 # %%
-def forest(ax, rows: list, xlabel: str) -> None:
-    """Contrasts as rows: mean, 95% interval (thick), Holm-level interval (thin), the ±margin band."""
-    ax.axvspan(-margin, margin, color="0.85", zorder=0)
-    ax.axvline(0, color="0.3", lw=0.8)
-    for j, r in enumerate(rows):
-        colour = "tab:blue" if r["p_holm"] < alpha else "tab:red" if r["status"] == "contradicted" else "k"
-        ax.errorbar(r["mean"], j, xerr=r["ci_holm"], fmt="none", color=colour, lw=1, capsize=3)
-        ax.errorbar(r["mean"], j, xerr=r["ci95"], fmt="o", color=colour, lw=2.5, ms=4)
-    ax.set_yticks(range(len(rows)), [f"{r['name']} ({r['test']})\nHolm p {p_text(r['p_holm'])}" for r in rows],
-                  fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel(xlabel)
-
-
-def per_seed_panel(ax, vals: dict, coll: dict, names: list, ylabel: str) -> None:
-    """Each run's value (dots, a ring for a collapsed run) and the arm's mean ± 95% interval."""
-    n = len(next(iter(vals.values())))
-    jitter = np.linspace(-0.2, 0.2, n)
-    for i, arm in enumerate(names):
-        v, c = vals[arm], coll[arm]
-        ax.scatter(i + jitter[~c], v[~c], s=12, color=ARM_COLORS[arm], alpha=0.7)
-        ax.scatter(i + jitter[c], v[c], s=30, facecolors="none", edgecolors=ARM_COLORS[arm], lw=1.1)
-        m, h = mean_ci95(v)
-        ax.errorbar(i + 0.32, m, yerr=h, fmt="s", color="k", ms=4, capsize=3)
-    ax.set_xticks(range(len(names)), names, fontsize=8)
-    ax.set_ylabel(ylabel)
-
-
 def curves_panel(ax, family: str, names: list, family_seeds: list) -> dict:
     """Clean evaluation reward against updates, mean and 95% band per arm; returns the curves {arm: (seeds, evals)}."""
     curves = {}
@@ -799,11 +694,12 @@ def curves_panel(ax, family: str, names: list, family_seeds: list) -> dict:
 fig, axes = plt.subplots(2, 2, figsize=(13, 9))
 curves_a = curves_panel(axes[0, 0], "A", all_arms, seeds)
 axes[0, 0].set_title(f"lr {lr:g}: mean and 95% band over {len(seeds)} seeds")
-per_seed_panel(axes[0, 1], out_a["auc"], out_a["collapsed"], all_arms, "AUC: mean clean reward over training")
+per_seed_plot(axes[0, 1], out_a["auc"], out_a["collapsed"], "AUC: mean clean reward over training")
 axes[0, 1].set_title("every run (ring: collapsed)")
-forest(axes[1, 0], families_a["primary (AUC)"], "paired difference in AUC (primary)")
+forest_plot(axes[1, 0], families_a["primary (AUC)"], "paired difference in AUC (primary)", margin, alpha)
 axes[1, 0].set_title(f"primary family, Holm over {len(family_a)}")
-forest(axes[1, 1], families_a["secondary (final clean reward)"], "paired difference in final clean reward")
+forest_plot(axes[1, 1], families_a["secondary (final clean reward)"], "paired difference in final clean reward",
+            margin, alpha)
 axes[1, 1].set_title(f"secondary family, Holm over {len(family_a)}")
 fig.suptitle(f"Confirmatory run: FP8 + {noise_std:.0%} weight noise, raw rewards, {len(seeds)} fresh paired seeds")
 fig.tight_layout()
@@ -820,7 +716,10 @@ run_seconds = {f"{f}/{a}/{s}": sum(r["seconds"] for r in recs) for (f, a, s), re
     {"parameters": params, "hypotheses": [list(h) for h in family_a], "exploratory": [list(h) for h in exploratory],
      "per_arm": per_arm_a, "families": families_a, "collapse_tests": collapse_a,
      "without_collapse_auc": no_collapse_a, "curves": curves_a, "power": power,
-     "run_seconds": run_seconds, "cpu_kind_per_seed": {str(k): v for k, v in kinds_a.items()}}, indent=1))
+     "run_seconds": run_seconds, "cpu_kind_per_seed": {str(k): v for k, v in kinds_a.items()},
+     "claims": [dict(id=f"A{i + 1}", regime="raw rewards", notebook=13, family=title, **r)
+                for title in ("primary (AUC)", "secondary (final clean reward)")
+                for i, r in enumerate(families_a[title])]}, indent=1))
 print(f"saved {figures_dir}/13_confirmatory.png and .json")
 
 # %% [markdown]
@@ -837,8 +736,8 @@ per_arm_b = {arm: dict(auc_mean=float(mean_ci95(out_b["auc"][arm])[0]), auc_ci95
                        collapsed_per_seed=out_b["collapsed"][arm].tolist()) for arm in gentle_arms}
 for arm, v in per_arm_b.items():
     print(f"{arm:8s} AUC {v['auc_mean']:.3f} ± {v['auc_ci95']:.3f}; collapsed {v['collapsed']}/{len(gentle_seeds)}")
-families_b = {"primary (AUC)": test_family(out_b["auc"], family_b),
-              "secondary (final clean reward)": test_family(out_b["final"], family_b)}
+families_b = {"primary (AUC)": test_family(out_b["auc"], family_b, margin, alpha),
+              "secondary (final clean reward)": test_family(out_b["final"], family_b, margin, alpha)}
 kinds_b = seed_machines("B", gentle_arms, gentle_seeds)
 for title, rows in families_b.items():
     print_family(f"family B (lr {gentle_lr:g}), {title}: Holm over {len(rows)}", rows)
@@ -863,9 +762,9 @@ for a, b, test in family_b:
 fig, axes = plt.subplots(2, 2, figsize=(13, 9))
 curves_b = curves_panel(axes[0, 0], "B", gentle_arms, gentle_seeds)
 axes[0, 0].set_title(f"lr {gentle_lr:g}: mean and 95% band over {len(gentle_seeds)} seeds")
-per_seed_panel(axes[0, 1], out_b["auc"], out_b["collapsed"], gentle_arms, "AUC: mean clean reward over training")
+per_seed_plot(axes[0, 1], out_b["auc"], out_b["collapsed"], "AUC: mean clean reward over training")
 axes[0, 1].set_title("every run (ring: collapsed)")
-forest(axes[1, 0], families_b["primary (AUC)"], "paired difference in AUC (primary)")
+forest_plot(axes[1, 0], families_b["primary (AUC)"], "paired difference in AUC (primary)", margin, alpha)
 axes[1, 0].set_title(f"primary family, Holm over {len(family_b)}")
 for name, v in by_lr.items():
     colour = ARM_COLORS["plain"] if name.startswith("plain") else ARM_COLORS["sc"]
@@ -890,7 +789,10 @@ plt.show()
     {"parameters": params, "hypotheses": [list(h) for h in family_b], "per_arm": per_arm_b, "families": families_b,
      "collapse_tests": collapse_b, "without_collapse_auc": without_collapse(out_b["auc"], out_b["collapsed"], family_b),
      "by_lr": by_lr, "curves": curves_b, "step_size": probe_out,
-     "cpu_kind_per_seed": {str(k): v for k, v in kinds_b.items()}}, indent=1))
+     "cpu_kind_per_seed": {str(k): v for k, v in kinds_b.items()},
+     "claims": [dict(id=f"B{i + 1}", regime="raw rewards", notebook=13, family=title, **r)
+                for title in ("primary (AUC)", "secondary (final clean reward)")
+                for i, r in enumerate(families_b[title])]}, indent=1))
 print(f"saved {figures_dir}/13_gentle_optimizer.png and .json")
 
 # %% [markdown]

@@ -25,8 +25,9 @@ from .driver import (ARMS, EVAL_SEED, TrainConfig, Trainer, arm_config, config_i
                      parallel_map, progress_bar, read_metrics, run_grid, train, train_many, with_run_dir)
 from .drift import eos_stats, expected_update, iterate_drift, iterated_drift_runs
 from .stats import (ALPHA, ARM_COLORS, COLLAPSE_STD, MARGIN, band_plot, check_layout, collapsed, curve_auc,
-                    eval_curve, final_reward, heterogeneity, holm, mcnemar_exact, mean_ci95, moving_average, p_text,
-                    paired_contrasts, paired_test, seeds_to_decide, test_family)
+                    eval_curve, final_reward, forest_plot, heterogeneity, holm, mcnemar_exact, mean_ci95,
+                    moving_average, p_text, paired_contrasts, paired_test, per_seed_plot, seeds_to_decide,
+                    test_family)
 
 # what the notebooks and scripts import (tests/test_structure.py checks that the list is exactly that)
 __all__ = [
@@ -46,6 +47,6 @@ __all__ = [
     "eos_stats", "expected_update", "iterated_drift_runs",
     # statistics and figures (stats.py)
     "ALPHA", "ARM_COLORS", "COLLAPSE_STD", "MARGIN", "band_plot", "check_layout", "collapsed", "curve_auc", "eval_curve",
-    "final_reward", "heterogeneity", "holm", "mcnemar_exact", "mean_ci95", "moving_average", "p_text", "paired_contrasts",
-    "paired_test", "seeds_to_decide", "test_family",
+    "final_reward", "forest_plot", "heterogeneity", "holm", "mcnemar_exact", "mean_ci95", "moving_average", "p_text",
+    "paired_contrasts", "per_seed_plot", "seeds_to_decide", "test_family",
 ]

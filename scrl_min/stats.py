@@ -6,7 +6,7 @@ Reading order: `mean_ci95` (a mean over seeds with its 95% t interval) · `eval_
 `moving_average` (curves of one run) · `final_reward`, `curve_auc`, `collapsed` (one number per run) ·
 `p_text`, `holm`, `paired_contrasts`, `mcnemar_exact` (arms compared over paired seeds) · the inference rule of
 the pre-registered notebooks: `paired_test`, `seeds_to_decide`, `test_family`, `heterogeneity` · `ARM_COLORS`,
-`band_plot`, `check_layout` (figures fit for a slide).
+`band_plot`, `forest_plot`, `per_seed_plot`, `check_layout` (figures fit for a slide).
 """
 from __future__ import annotations
 
@@ -282,6 +282,36 @@ def band_plot(ax, x, Y, label: str = None, color=None, lw: float = 1.5, nonnegat
     ax.plot(x, m, color=color, label=label, lw=lw, **kw)
     ax.fill_between(x, lo, m + h, color=color, alpha=0.12)
     return m, h
+
+
+def forest_plot(ax, rows: list, xlabel: str, margin: float = MARGIN, alpha: float = ALPHA) -> None:
+    """A family's claim rows (`test_family`) as a forest: mean, 95% interval (thick), Holm-level interval (thin),
+    the ±margin band in grey; blue where Holm decides the claim, red where the row is contradicted."""
+    ax.axvspan(-margin, margin, color="0.85", zorder=0)
+    ax.axvline(0, color="0.3", lw=0.8)
+    for j, r in enumerate(rows):
+        colour = "tab:blue" if r["p_holm"] < alpha else "tab:red" if r["status"] == "contradicted" else "k"
+        ax.errorbar(r["mean"], j, xerr=r["ci_holm"], fmt="none", color=colour, lw=1, capsize=3)
+        ax.errorbar(r["mean"], j, xerr=r["ci95"], fmt="o", color=colour, lw=2.5, ms=4)
+    ax.set_yticks(range(len(rows)), [f"{r['name']} ({r['test']})\nHolm p {p_text(r['p_holm'])}" for r in rows],
+                  fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+
+
+def per_seed_plot(ax, values: dict, collapsed_runs: dict, ylabel: str) -> None:
+    """Every run's value per arm (dots; a ring marks a collapsed run) with the arm's mean ± 95% t interval.
+    values, collapsed_runs: {arm: (n_seeds,)} in the same seed order."""
+    n = len(next(iter(values.values())))
+    jitter = np.linspace(-0.2, 0.2, n)
+    for i, arm in enumerate(values):
+        v, c = np.asarray(values[arm], float), np.asarray(collapsed_runs[arm], bool)
+        ax.scatter(i + jitter[~c], v[~c], s=12, color=ARM_COLORS.get(arm), alpha=0.7)
+        ax.scatter(i + jitter[c], v[c], s=30, facecolors="none", edgecolors=ARM_COLORS.get(arm), lw=1.1)
+        m, h = mean_ci95(v)
+        ax.errorbar(i + 0.32, m, yerr=h, fmt="s", color="k", ms=4, capsize=3)
+    ax.set_xticks(range(len(values)), list(values), fontsize=8)
+    ax.set_ylabel(ylabel)
 
 
 def check_layout(fig) -> None:
