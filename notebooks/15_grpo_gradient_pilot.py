@@ -204,7 +204,7 @@ def run_cell(tag: str, cell_i: int, sampler, n: int, max_new_tokens: int, ref, b
     sizes = [b1 - b0 for b0, b1 in group_bounds(n)]
     if (d / "cell.pt").exists():
         bar.update(n)
-        return torch.load(d / "cell.pt")
+        return torch.load(d / "cell.pt", weights_only=False)  # this notebook's own file: its Gram is a numpy array
     for j, (b0, b1) in enumerate(group_bounds(n)):
         gfile = d / f"group{j}.pt"
         if gfile.exists():
