@@ -1289,7 +1289,8 @@ REGIME_WORDING = {"G1": "A mismatched sampler costs GRPO (plain < bf16, both wit
                   "G1'": "… or costs it nothing worth a correction (plain and bf16 equivalent within ±0.05)",
                   "G2": "Score centering recovers it (SC > plain)",
                   "G3": "SC matches MIS (equivalent within ±0.05)",
-                  "G3'": "SC matches or beats MIS (non-inferior at −0.05)"}
+                  "G3'": "SC matches or beats MIS (non-inferior at −0.05)",
+                  "G4": "MIS's weight costs more than the drift it removes (MIS < plain; notebook 15's prediction)"}
 
 
 def _centred_arms_13() -> dict:
@@ -1313,8 +1314,8 @@ def regime_text() -> str:
     g = _load("16_grpo_regime.json")
     lines = []
     if g is None:
-        lines.append("Notebook 16 (group-centred advantages for every arm, 80 fresh seeds, pre-registered with the "
-                     "setting notebook 15's gradient pilot chose) has not finished: its claims G1-G3′ are not decided "
+        lines.append("Notebook 16 (group-centred advantages for every arm, 85 fresh seeds, pre-registered with the "
+                     "setting notebook 15's gradient pilot chose) has not finished: its claims G1-G4 are not decided "
                      "yet, and no row below decides them.")
     else:
         lines += ["| the article's claim, group-centred advantages | paired difference (AUC) | status |", "|---|---|---|"]
