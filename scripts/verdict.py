@@ -808,6 +808,20 @@ def length_drift_claim(ld, iterated=None) -> dict:
         number = (f"{fmt(p['mean'])} ± {p['ci95']:.3f} nats ({p['n']} seeds; predicted {fmt(pred['delta'])}, "
                   f"no-drift band ± {pred['no_drift_half_band']:.3f}){first}")
         status = p["status"]  # the notebook's declared rule: two-sided (reproduced above 0, contradicted below)
+        arms = iterated.get("per_arm", {})
+        plain_d = np.array(arms.get("plain", {}).get("d_logp_eos_per_seed", []))
+        sc_d = np.array(arms.get("sc", {}).get("d_logp_eos_per_seed", []))
+        if status.startswith("not decided") and len(plain_d) and plain_d.min() < 0 < plain_d.max() and len(sc_d):
+            # plain's push takes either sign with the seed's noise draw: no number of seeds decides a signed claim
+            # (the page's rule 4 needs a direction the design fixes); what the design shows is SC's share of it
+            share, smaller = float(np.abs(sc_d).sum() / np.abs(plain_d).sum()), int((np.abs(sc_d) < np.abs(plain_d)).sum())
+            status = (f"not decided: the sign of plain's push on log p(EOS) follows each seed's noise draw "
+                      f"({plain_d.min():+.2f} to {plain_d.max():+.2f} nats), so this design cannot decide a signed claim; "
+                      f"exploratory: SC's |Δ log p(EOS)| is {share:.1%} of plain's, smaller at {smaller} of {len(sc_d)} seeds")
+            short_status = f"not decided (its sign follows the noise draw); SC leaves {share:.1%} of plain's, exploratory"
+            return dict(claim=claim, where=where, number=number, status=status,
+                        short=f"{fmt(p['mean'], d=2)} ± {p['ci95']:.2f} nats ({p['n']} seeds, iterated drift)",
+                        short_status=short_status, row=None)
         if p["mean"] < 0 and status.startswith("not decided"):  # more seeds at this mean would contradict the claim
             status = status.replace(" would decide it", " would decide it, as contradicted,")
             status += "; the mean is on the side the claim does not predict (notebook 14's two-sided rule)"

@@ -388,6 +388,13 @@ def test_the_length_drift_claim_reads_notebook_14s_decision():
         mean=-0.2, ci95=0.5, n=8, status="not decided (66 seeds would decide it at the observed sd)")})
     assert "66 seeds would decide it, as contradicted," in counted["status"]
     assert counted["short_status"] == "not decided (66 seeds would decide it, as contradicted)"
+    # plain's push of either sign across seeds (its sign follows the noise draw): no signed decision, SC's share
+    mixed = verdict.length_drift_claim(None, {**it, "primary": dict(
+        mean=-0.2, ci95=0.5, n=3, status="not decided (66 seeds would decide it at the observed sd)"),
+        "per_arm": {"plain": {"d_logp_eos_per_seed": [0.8, -0.4, -1.2]}, "sc": {"d_logp_eos_per_seed": [0.1, 0.1, -0.2]}}})
+    assert "cannot decide a signed claim" in mixed["status"] and "as contradicted" not in mixed["status"]
+    assert "SC's |Δ log p(EOS)| is 16.7% of plain's, smaller at 3 of 3 seeds" in mixed["status"]  # 0.4 / 2.4
+    assert mixed["short_status"] == "not decided (its sign follows the noise draw); SC leaves 16.7% of plain's, exploratory"
     page = verdict.claims_table(verdict.claims())
     assert "drifts the completion length" in page
 
