@@ -11,7 +11,10 @@ term for each `loss_type`. Together they have the gradient of
 without a second pass over the vocabulary: log p(v) = log p(y_t) + (z_v − z_y) / T, from TRL's own log p(y_t) (read
 from its fused head's forward, with the softmax's gradient) and the logits at the k + 1 ids, a sampled sparse product
 of the completion's hidden states and the LM head (`head_logprobs_from_sampled`; `centering_head_logprobs` for the
-rare ill-conditioned rows; tests/test_trl_head.py, scripts/bench_trl_head.py).
+rare ill-conditioned rows; tests/test_trl_head.py, scripts/bench_trl_head.py). Where TRL's head computes in a reduced
+dtype (`bf16=True`, a bf16 model), log p(y_t)'s value is moved to the float32 softmax's from the same k + 1 logits
+(`float32_logp_shift`), so Σ_H p and ρ = (1 − Σ_H q)/(1 − Σ_H p) do not carry bf16's ~1e-2 nats divided by the tail
+(tests/test_trl_bf16.py; docs/trl.md, "Precision").
 
 Two generation backends, chosen by TRL's own `use_vllm`:
   use_vllm=False  the project's `TorchSampler` (FP8 emulated, persistent weight noise σ: a mismatched sampler on
@@ -42,7 +45,7 @@ Also here: `task_trainer` (this trainer on the project's task, for tests, notebo
 Run:   python scripts/run_notebooks.py notebooks/05_score_centering_in_trl.ipynb   (or docs/trl.md's usage)
        accelerate launch --multi_gpu --num_processes 2 scripts/trl_ddp.py --out runs/trl_ddp
 
-TRL extension points used (trl==1.16.0, trl/trainer/grpo_trainer.py):
+TRL extension points used (trl==1.16.0, trl/trainer/grpo_trainer.py; checked at construction, `TRL_METHODS`):
   `_generate_single_turn`            generation: TorchSampler, or TRL's vLLM engine with k log-probs kept
   `_generate_and_score_completions`  adds the sampler's top-k head (ids, log q) to the batch TRL buffers
   `_compute_loss`                    rollout contract; TRL's loss + the centering term; metrics into `self._metrics`

@@ -15,8 +15,9 @@ arithmetic). Checks, for each case:
    the tail term gone; `tail_tol=inf`). Measured after the fix: 0.25-0.55 of the ρ-dropped distance.
 
 Every loss type the trainer supports (`LOSS_TYPES`) and every TRL IS setting it maps, each pairing once per precision
-(a Latin square: 5 cases per precision, 10 in all). At cf0ba8c's trl.py (log p(v) = TRL's bf16 log p(y) + float32
-logit gaps) ρ was off by factors up to about 14,000 and rho_mean read hundreds where the reference reads 1.0.
+(a Latin square: 5 cases per precision, 10 in all). At a6248fb's trl.py (log p(v) = TRL's bf16 log p(y) + float32
+logit gaps) all 10 fail: per-token ρ / ρ_ref from 0.26 to 13,910 (30-60 of 103 tokens outside 25%), rho_mean 623 where
+the reference reads 1.003; the gradient check alone passed there (the full-softmax rows caught the worst ρ).
 """
 import math
 
