@@ -14,7 +14,7 @@ of the completion's hidden states and the LM head (`head_logprobs_from_sampled`;
 rare ill-conditioned rows; tests/test_trl_head.py, scripts/bench_trl_head.py). Where TRL's head computes in a reduced
 dtype (`bf16=True`, a bf16 model), log p(y_t)'s value is moved to the float32 softmax's from the same k + 1 logits
 (`float32_logp_shift`), so Σ_H p and ρ = (1 − Σ_H q)/(1 − Σ_H p) do not carry bf16's ~1e-2 nats divided by the tail
-(tests/test_trl_bf16.py; docs/trl.md, "Precision").
+(tests/test_trl_bf16.py; docs/trl.md, "Precision: what is exact, and what it costs").
 
 Two generation backends, chosen by TRL's own `use_vllm`:
   use_vllm=False  the project's `TorchSampler` (FP8 emulated, persistent weight noise σ: a mismatched sampler on
