@@ -195,19 +195,18 @@ import copy
 import dataclasses
 import json
 import math
-import re
 from pathlib import Path
 
 import numpy as np
 import matplotlib.pyplot as plt
 import torch
-import yaml
 from scipy import stats
 
 import scrl_min
 from scrl_min import (ARM_COLORS, DEFAULT_MODEL_PATH, REPO_ROOT, Trainer, arm_config, band_plot, check_layout,
                       collapsed, curve_auc, eval_curve, final_reward, forest_plot, heterogeneity, holm, mcnemar_exact,
-                      mean_ci95, p_text, per_seed_plot, rl_step, run_grid, test_family, trainer_logprobs, with_run_dir)
+                      mean_ci95, p_text, per_seed_plot, rl_step, run_grid, seeds_named_elsewhere, test_family,
+                      trainer_logprobs, with_run_dir)
 
 # The arms of this notebook: a scrl_min preset (`scrl_min.ARMS`) and whether it trains with the group baseline
 # (centred advantages at lr × baseline_lr_scale). Every other arm has raw rewards as advantages (A = r).
@@ -243,37 +242,7 @@ print(f"family A: {len(arms)} arms + {len(extra_arms)} exploratory × {n_seeds} 
       f"family B: {len(gentle_arms)} arms × {gentle_n_seeds} seeds at lr {gentle_lr}")
 
 
-def seeds_named_elsewhere() -> dict:
-    """{seed: [files]} for every integer seed named outside this notebook: `seed`/`seeds` values (a number, a list
-    of numbers or a range) in the `parameters` of the committed figures/**/*.json (the runs behind every figure),
-    in the other notebooks' parameters cells, in the parameters files (this notebook's entries left out), and in
-    tests/ and scripts/ (`seed=N`, `seeds = [...]`)."""
-    pattern = re.compile(r"(?:\b|_)seeds?\b\W{0,3}[=:]\s*(\[[\d,\s]*\]|range\(\s*\d+\s*,\s*\d+\s*\)|\d+)")
-    texts = {}
-    for path in sorted((REPO_ROOT / "figures").rglob("*.json")):
-        data = json.loads(path.read_text())
-        if not path.name.startswith("13_") and isinstance(data, dict):
-            texts[path] = json.dumps(data.get("parameters", {}))
-    for path in sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.py")):
-        if not path.name.startswith("13_"):  # the parameters cell: from its tag to the next cell
-            texts[path] = path.read_text().partition('tags=["parameters"]')[2].partition("\n# %%")[0]
-    for path in sorted((REPO_ROOT / "notebooks").glob("*.yaml")):
-        table = {k: v for k, v in (yaml.safe_load(path.read_text()) or {}).items() if not str(k).startswith("13_")}
-        texts[path] = json.dumps(table)
-    for folder in ("tests", "scripts"):
-        texts.update({p: p.read_text() for p in sorted((REPO_ROOT / folder).glob("*.py"))})
-    named = {}
-    for path, text in texts.items():
-        for m in pattern.finditer(text):
-            v = m.group(1)
-            values = (range(*map(int, re.findall(r"\d+", v))) if v.startswith("range")
-                      else map(int, re.findall(r"\d+", v)))
-            for s in values:
-                named.setdefault(s, set()).add(str(path.relative_to(REPO_ROOT)))
-    return {s: sorted(f) for s, f in named.items()}
-
-
-named = seeds_named_elsewhere()
+named = seeds_named_elsewhere("13_")  # every seed the repository names outside this notebook (scrl_min)
 clash = {s: named[s] for s in seeds if s in named}
 if clash:
     raise ValueError(f"seeds of the fresh block are named elsewhere: {clash}; choose another first_seed")

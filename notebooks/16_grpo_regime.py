@@ -135,18 +135,17 @@ figures_dir = "runs/figures"  # figures and their numbers, relative to the repo 
 # %%
 import json
 import math
-import re
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
-import yaml
 from scipy import stats
 
 import scrl_min
 from scrl_min import (ALPHA, ARM_COLORS, DEFAULT_MODEL_PATH, MARGIN, REPO_ROOT, arm_config, band_plot, check_layout,
                       collapsed, curve_auc, eval_curve, final_reward, forest_plot, heterogeneity, holm, mcnemar_exact,
-                      mean_ci95, p_text, per_seed_plot, run_grid, seeds_to_decide, test_family, with_run_dir)
+                      mean_ci95, p_text, per_seed_plot, run_grid, seeds_named_elsewhere, seeds_to_decide, test_family,
+                      with_run_dir)
 
 # The pre-registered hypotheses (a, b, test) on a − b, in the order of the table above
 FAMILY = [("plain", "bf16", "less"), ("plain", "bf16", "equivalent"), ("sc", "plain", "greater"),
@@ -180,49 +179,7 @@ print(f"{len(all_arms)} arms × {n_seeds} seeds ({seeds[0]}-{seeds[-1]}), centre
       f"{sampler_precision} + σ {noise_std:g}, {max_new_tokens} tokens; {len(family)} hypotheses in the family")
 
 
-def seeds_named_elsewhere() -> dict:
-    """{seed: [files]}: every integer under a key named seed/seeds/*_seed(s) in figures/**/*.json and
-    results/**/config.json (this notebook's own left out), and `seed`/`seeds` values (a number, a list, a range) in
-    the other notebooks' parameters cells, the parameters files (this notebook's entries left out), tests/ and
-    scripts/."""
-    named = {}
-
-    def walk(x, path, under_seed=False):
-        if isinstance(x, dict):
-            for k, v in x.items():
-                walk(v, path, bool(re.search(r"(^|_)seeds?$", str(k))))
-        elif isinstance(x, list):
-            for v in x:
-                walk(v, path, under_seed)
-        elif under_seed and isinstance(x, int) and not isinstance(x, bool):
-            named.setdefault(x, set()).add(path)
-
-    for path in [*sorted((REPO_ROOT / "figures").rglob("*.json")), *sorted((REPO_ROOT / "results").rglob("config.json"))]:
-        rel = str(path.relative_to(REPO_ROOT))
-        if "16_grpo_regime" not in rel:
-            walk(json.loads(path.read_text()), rel)
-    pattern = re.compile(r"(?:\b|_)seeds?\b\W{0,3}[=:]\s*(\[[\d,\s]*\]|range\(\s*\d+\s*,\s*\d+\s*\)|\d+)")
-    texts = {}
-    for path in sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.py")):
-        if not path.name.startswith("16_"):
-            texts[path] = path.read_text().partition('tags=["parameters"]')[2].partition("\n# %%")[0]
-    for path in sorted((REPO_ROOT / "notebooks").glob("*.yaml")):
-        texts[path] = json.dumps({k: v for k, v in (yaml.safe_load(path.read_text()) or {}).items()
-                                  if not str(k).startswith("16_")})
-    for folder in ("tests", "scripts"):
-        texts.update({p: p.read_text() for p in sorted((REPO_ROOT / folder).glob("*.py"))})
-    for path, text in texts.items():
-        for m in pattern.finditer(text):
-            v = m.group(1)
-            values = (range(*map(int, re.findall(r"\d+", v))) if v.startswith("range")
-                      else map(int, re.findall(r"\d+", v)))
-            for s in values:
-                named.setdefault(s, set()).add(str(path.relative_to(REPO_ROOT)))
-    # a notebook names a block by its first seed and a count: notebook 13's 1000-1035 is `first_seed` + `n_seeds`
-    return {s: sorted(f) for s, f in named.items()}
-
-
-named = seeds_named_elsewhere()
+named = seeds_named_elsewhere("16_grpo_regime")  # every seed the repository names outside this notebook
 clash = {s: named[s] for s in seeds if s in named}
 if clash:
     raise ValueError(f"seeds of the fresh block are named elsewhere: {clash}; choose another first_seed")

@@ -22,7 +22,8 @@ from .formats import (FORMATS, GRIDS, KV_CACHES, KV_SCALE, PRECISIONS, QuantLine
 from .torch_sampler import TorchSampler
 from .vllm_engine import PROBE_TOL, VLLMSampler, cpu_supports_fp8_kv, dense_from_flat, vllm_precision_for
 from .driver import (ARMS, EVAL_SEED, TrainConfig, Trainer, arm_config, config_id, cpu_record, load_policy,
-                     parallel_map, progress_bar, read_metrics, run_grid, train, train_many, with_run_dir)
+                     parallel_map, progress_bar, read_metrics, run_grid, seeds_named_elsewhere, train, train_many,
+                     with_run_dir)
 from .drift import eos_stats, expected_update, iterate_drift, iterated_drift_runs
 from .stats import (ALPHA, ARM_COLORS, COLLAPSE_STD, MARGIN, band_plot, check_layout, collapsed, curve_auc,
                     eval_curve, final_reward, forest_plot, heterogeneity, holm, mcnemar_exact, mean_ci95,
@@ -42,7 +43,7 @@ __all__ = [
     "cpu_supports_fp8_kv", "dense_from_flat", "dequantize", "vllm_precision_for",
     # runs (driver.py)
     "ARMS", "EVAL_SEED", "TrainConfig", "Trainer", "arm_config", "cpu_record", "load_policy", "progress_bar", "run_grid",
-    "train_many", "with_run_dir",
+    "seeds_named_elsewhere", "train_many", "with_run_dir",
     # the drift alone (drift.py)
     "eos_stats", "expected_update", "iterated_drift_runs",
     # statistics and figures (stats.py)

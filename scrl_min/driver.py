@@ -220,6 +220,53 @@ def with_run_dir(cfg: TrainConfig, root, tag: str) -> TrainConfig:
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 # Runs: the policy, run folders, the Trainer
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
+def seeds_named_elsewhere(stem: str, root: Path = REPO_ROOT) -> dict:
+    """The fresh-seed check of a pre-registered notebook: {seed: [files]} for every integer seed the repository
+    names outside notebook `stem` (e.g. "16_grpo_regime"): every int under a key named seed, seeds, *_seed or
+    *_seeds in figures/**/*.json and results/**/config.json (the runs behind every figure and every kept run
+    record), and `seed`/`seeds` values (a number, a list, a range(a, b)) in the other notebooks' parameters cells,
+    in the parameters files (their `stem` entries left out), and in tests/ and scripts/. Files whose path contains
+    `stem` are left out. A notebook that names a block by its first seed and a count is caught at the first seed."""
+    import re
+
+    import yaml
+
+    named = {}
+
+    def walk(x, path, under_seed=False):
+        if isinstance(x, dict):
+            for k, v in x.items():
+                walk(v, path, bool(re.search(r"(^|_)seeds?$", str(k))))
+        elif isinstance(x, list):
+            for v in x:
+                walk(v, path, under_seed)
+        elif under_seed and isinstance(x, int) and not isinstance(x, bool):
+            named.setdefault(x, set()).add(path)
+
+    for path in [*sorted((root / "figures").rglob("*.json")), *sorted((root / "results").rglob("config.json"))]:
+        rel = str(path.relative_to(root))
+        if stem not in rel:
+            walk(json.loads(path.read_text()), rel)
+    pattern = re.compile(r"(?:\b|_)seeds?\b\W{0,3}[=:]\s*(\[[\d,\s]*\]|range\(\s*\d+\s*,\s*\d+\s*\)|\d+)")
+    texts = {}
+    for path in sorted((root / "notebooks").glob("[0-9][0-9]_*.py")):
+        if not path.name.startswith(stem):  # the parameters cell: from its tag to the next cell
+            texts[path] = path.read_text().partition('tags=["parameters"]')[2].partition("\n# %%")[0]
+    for path in sorted((root / "notebooks").glob("*.yaml")):
+        texts[path] = json.dumps({k: v for k, v in (yaml.safe_load(path.read_text()) or {}).items()
+                                  if not str(k).startswith(stem)})
+    for folder in ("tests", "scripts"):
+        texts.update({p: p.read_text() for p in sorted((root / folder).glob("*.py"))})
+    for path, text in texts.items():
+        for m in pattern.finditer(text):
+            v = m.group(1)
+            values = (range(*map(int, re.findall(r"\d+", v))) if v.startswith("range")
+                      else map(int, re.findall(r"\d+", v)))
+            for seed in values:
+                named.setdefault(seed, set()).add(str(path.relative_to(root)))
+    return {seed: sorted(f) for seed, f in named.items()}
+
+
 def load_policy(model: str):
     """(model in float32, tokenizer) from a local path or HF model id. Raises ScrlError if missing."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
