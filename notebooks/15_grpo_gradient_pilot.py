@@ -29,7 +29,8 @@
 # headline sampler with 96-token completions (public measurements find the mismatch grows with length).
 #
 # **Run time**: about 25-35 minutes on 2 idle CPU cores (each batch is sampled once and differentiated six times; the
-# 96-token cell is most of it; it took longer on a machine shared with other jobs: the last cell's output gives its time), no GPU; CI runs it in under a minute with notebooks/ci_parameters.yaml. Resumable: each
+# 96-token cell is most of it); the committed run took longer, on a machine shared with other jobs, and its bar counts
+# only the part after a resume (docs/development.md, the log of 2026-12-06), no GPU; CI runs it in under a minute with notebooks/ci_parameters.yaml. Resumable: each
 # cell saves its batches group by group under `runs_dir`. The defaults write `runs/figures/15_*`; `make
 # reproduce-full` writes `figures/`.
 
@@ -54,7 +55,12 @@
 # batch. On the 2-core machine, shared with other jobs, that moved from about 1 to about 20 seconds per batch within
 # one cell as the load changed, so it would measure the load, not the setting. The cost is now the mean number of
 # generated tokens per batch (the sampler's and the trainer's work both grow with it), which no load changes; the
-# seconds are still reported. The run was stopped and resumed (the cells resume from their saved groups).
+# seconds are still reported. The run was stopped and resumed (the cells resume from their saved groups). Rule 1
+# as first committed (d8b3001) read: "(its measured seconds per batch here over the 24-token headline's)". **This
+# amendment decided the outcome**: under the first wording the seconds this run measured (the σ 0.2 cell 9.2 s per
+# batch against the headline's 1.8 s, the same tokens: the load, not the setting) would have put σ 0.2 and the
+# 96-token setting over the budget, and the choice would have been the headline, FP8 + σ 0.1 at 24 tokens (its drift
+# share, 0.03%, is a third of σ 0.2's).
 #
 # A one-sided prediction for notebook 16 is read off the MSE gaps: where an estimator's MSE per update is decidedly
 # above or below plain's (95% interval clear of 0), notebook 16 adds a one-sided test of that direction on the
@@ -411,13 +417,17 @@ print(f"saved {figures_dir}/15_grpo_gradient_pilot.png and .json")
 #
 # * **With group-centred advantages the drift is detectable at the gradient, and small.** Plain's drift,
 #   ‖E ĝ_plain − E ĝ_SC‖², is 0.03% of one update's mean squared error at FP8 + σ 0.1, 0.09% at σ 0.2, and 0.06% at
-#   σ 0.1 with 96-token completions; every interval lies above 0. The whole distance between plain's expected
-#   update and the on-policy one (plain − exact IS, which also reweights the signal) is 0.06%, 0.24% and 0.07%.
-#   One update's error is almost all sampling noise in this regime.
+#   σ 0.1 with 96-token completions; every interval lies above 0. Plain's distance from exact token IS's expected
+#   update (IS is unbiased per prefix, though its prefixes still come from q; it also reweights the signal) is
+#   0.06%, 0.24% and 0.07%. These are ratios of squared norms: 0.09% is about 3% on a norm scale. One update's error
+#   is almost all sampling noise in this regime.
 # * **Per update, the importance weights cost more than they remove; SC does not.** At σ 0.2, MIS's error is
 #   10.8% above plain's (exact IS's 13.8%, TIS's 6.1%), while SC's is 2.9% below it: SC's error is 12.4% below
-#   MIS's, the same direction as notebook 10 found with raw rewards.
+#   MIS's, the same direction as notebook 10 found with raw rewards. SC's gain over plain is about 30 times the drift
+#   share, so it is mostly a lower variance (the centering term also subtracts the head's share of each token's
+#   score noise), not the drift removed.
 # * **The choice for notebook 16**: FP8 + σ 0.2 with 24-token completions, the largest drift share within the
 #   budget (the 96-token setting costs 2.7 times the tokens). Its predictions, by the rule: SC better than plain
-#   and MIS worse than plain per update; notebook 16 adds the one-sided test MIS − plain < 0 to its family
-#   (SC − plain > 0 is already there).
+#   and MIS worse than plain per update (IS, TIS and SC + MIS too, but they are not confirmatory arms of notebook
+#   16); notebook 16 adds the one-sided test MIS − plain < 0 to its family (SC − plain > 0 is already there). Under
+#   the rule as first written the choice would have been σ 0.1 (the amendment above).

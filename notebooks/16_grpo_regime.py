@@ -108,6 +108,33 @@
 # >   AUC's in notebook 13's centred arms).
 # > * Collapse: rare in every arm (notebook 13's centred arm collapsed in 0 of 36 runs).
 
+# %% [markdown]
+# ### Amendment, written 2026-12-06 (same session), after its first runs had started and before any of their results was read
+#
+# A reviewer's reading of the pre-registration above found five things to correct; none changes the arms, seeds,
+# setting, metrics, margins or hypotheses, and no run's result had been looked at:
+#
+# 1. **"Contradicted" is controlled family-wise.** The statuses above come from `scrl_min.test_family`, which now
+#    reads "contradicted" where the test in the opposite direction rejects under its own Holm correction over the
+#    family (as docs/verdict.md's rule 5 and its page always did). Before, a row on the wrong side was called
+#    contradicted when its Holm-level interval cleared the null, which for a row ranked last is a test at α alone,
+#    whatever the family's size. Each direction is now controlled at α; together they are a two-sided decision at 2α.
+# 2. **C1 and C1′ can both be decided**: a cost that is detectable and smaller than the margin satisfies both (the
+#    sentence above says they cannot). Both decided would read: a cost, below 0.05.
+# 3. **The expected-results arithmetic for C1.** The drift share is a bias² per single update (0.09% of one update's
+#    error, about 3% on a norm scale). Over N updates a consistent bias adds up coherently (its square as N²) while
+#    the sampling noise adds as N, so after 100 updates the drift could reach about 100 × 0.09% ≈ 9% of the
+#    accumulated noise in squared norm (30% in norm) if it kept its direction; it changes as the policy moves, and
+#    notebook 13's centred arm at σ 0.1 beat even the raw no-mismatch reference (which says nothing of a centred
+#    one). So "C1′ equivalent" is the expectation with that margin of doubt, not a near-certainty.
+# 4. **Power, stated as numbers**: at 85 seeds, TOST at a true difference of 0 has power 0.61 at α/6 and 0.89 at α
+#    (the power cell prints both): the "equivalent" expectations for C1′ and C3 rest on Holm reaching those rows
+#    late. The sd (0.140) is notebook 13's SC + baseline − baseline at σ 0.1, standing in for every contrast here at
+#    σ 0.2: an assumption.
+# 5. **Ids.** The verdict page and this notebook's JSON name C1, C1′, C2, C3, C3′ and C4 as G1, G1′, G2, G3, G3′ and
+#    G4 ("C" numbers the page's own claims). C4's test is MIS − plain < 0 on the AUC: it says that MIS trains worse
+#    than plain, not why (the pilot's reason, the weight's variance, is a prediction, not what the test shows).
+
 # %% tags=["parameters"]
 model = "default"  # policy: "default" (embedded tiny Qwen3) or a local checkpoint path / HF model id
 arms = ["bf16", "plain", "mis", "sc"]  # the confirmatory arms (bf16: no mismatch), all with centred advantages

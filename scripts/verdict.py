@@ -1304,7 +1304,7 @@ REGIME_WORDING = {"G1": "A mismatched sampler costs GRPO (plain < bf16, both wit
                   "G2": "Score centering recovers it (SC > plain)",
                   "G3": "SC matches MIS (equivalent within ±0.05)",
                   "G3'": "SC matches or beats MIS (non-inferior at −0.05)",
-                  "G4": "MIS's weight costs more than the drift it removes (MIS < plain; notebook 15's prediction)"}
+                  "G4": "MIS trains worse than plain (MIS < plain; notebook 15's prediction from one update's error)"}
 
 
 def _centred_arms_13() -> dict:
@@ -1352,6 +1352,15 @@ def regime_text() -> str:
     return "\n".join(lines)
 
 
+def _drift_share_text() -> str:
+    """Notebook 15's drift shares as '0.03-0.09%' (the smallest and largest setting), or '' before it has run."""
+    p = _load("15_grpo_gradient_pilot.json")
+    if p is None:
+        return "not measured"
+    shares = [s["drift"]["plain − sc"]["share"] for s in p["settings"]]
+    return f"{100 * min(shares):.2f}-{100 * max(shares):.2f}%"
+
+
 def findings() -> str:
     """The README's first-screen findings: a few plain sentences per regime, from notebooks 13 and 16's JSON."""
     c13, c = _load("13_confirmatory.json"), _centred_arms_13()
@@ -1374,8 +1383,10 @@ def findings() -> str:
                    f"baseline and no correction trains far better than any raw-reward arm (notebook 13: a mean clean "
                    f"reward of {c['baseline_auc']:.2f} over training, against SC's {c['sc_auc']:.2f} and the raw "
                    f"no-mismatch reference's {c['bf16_auc']:.2f}), and SC added to it changes "
-                   f"{fmt(ex['mean'], d=2)} ± {fmt(ex['ci95'], False, 2)} ({ex['status']}). Whether the mismatch costs "
-                   f"GRPO anything here is notebook 16's question: pre-registered, its runs in progress.")
+                   f"{fmt(ex['mean'], d=2)} ± {fmt(ex['ci95'], False, 2)}, {ex['status'].split(' (')[0]}. At the gradient "
+                   f"(notebook 15) the drift is still there with group-centred advantages but small: "
+                   f"{_drift_share_text()} of one update's error. Whether the mismatch costs GRPO anything in "
+                   f"training is notebook 16's question: pre-registered, its runs in progress.")
     else:
         by = {r["id"]: r for r in g["claims"] if r["family"] == "primary (AUC)"}
         no_cost = by["G1'"]["status"]

@@ -161,12 +161,14 @@ CLAIM_STATUS = {"less": "reproduced", "greater": "reproduced", "equivalent": "eq
                 "noninferior": "non-inferior at −{margin:g}"}
 
 
-def paired_test(d, test: str, margin: float = MARGIN) -> float:
+def paired_test(d, test: str, margin: float = MARGIN, opposite: bool = False) -> float:
     """p value of one paired t test over seeds (Student t, n − 1 degrees of freedom).
 
-    d: (n,) per-seed differences a − b. test: 'less' (H1: mean < 0), 'greater' (H1: mean > 0), 'noninferior'
-    (H1: mean > −margin), 'equivalent' (H1: |mean| < margin; TOST: the larger p of H0 mean ≤ −margin and H0
-    mean ≥ +margin, Schuirmann 1987). With zero spread the p is 0 or 1 by the side the mean lies on.
+    d: (n,) per-seed differences a − b, in the metric's units. test: 'less' (H1: mean < 0), 'greater' (H1: mean > 0),
+    'noninferior' (H1: mean > −margin), 'equivalent' (H1: |mean| < margin; TOST: the larger p of H0 mean ≤ −margin
+    and H0 mean ≥ +margin, Schuirmann 1987). opposite=True gives the p of the test in the other direction, what
+    "contradicted" needs: mean > 0, mean < 0, mean < −margin, or mean outside ±margin (its two one-sided p
+    Bonferroni-combined, 2 · min, capped at 1). With zero spread the p is 0 or 1 by the side the mean lies on.
     Raises ScrlError for fewer than 2 seeds or an unknown test."""
     from scipy import stats
 
@@ -183,6 +185,9 @@ def paired_test(d, test: str, margin: float = MARGIN) -> float:
     def below(null):  # p of H0: mean >= null against H1: mean < null
         return float(d.mean() >= null) if se == 0 else float(stats.t.cdf((d.mean() - null) / se, df))
 
+    if opposite:
+        return {"less": lambda: above(0.0), "greater": lambda: below(0.0), "noninferior": lambda: below(-margin),
+                "equivalent": lambda: min(1.0, 2 * min(below(-margin), above(margin)))}[test]()
     return {"less": lambda: below(0.0), "greater": lambda: above(0.0), "noninferior": lambda: above(-margin),
             "equivalent": lambda: max(above(-margin), below(margin))}[test]()
 
@@ -190,14 +195,20 @@ def paired_test(d, test: str, margin: float = MARGIN) -> float:
 def seeds_to_decide(sd: float, effect: float, level: float, power: float = 0.8):
     """Paired seeds a one-sided t test at `level` needs for `power` when the true mean lies `effect` beyond the
     null's edge and the per-seed sd of the differences is `sd` (same units): the smallest n with
-    (t_{1−level, n−1} + t_{power, n−1}) · sd / √n ≤ effect. None when effect ≤ 0 or sd = 0. At the observed mean
-    this is biased toward small n for an undecided row; pass a pre-registered effect for a planning number."""
+    (t_{1−level, n−1} + t_{power, n−1}) · sd / √n ≤ effect. None when effect ≤ 0, sd = 0, or n would pass 100,000.
+    At the observed mean this is biased toward small n for an undecided row: pass a pre-registered effect for a
+    planning number. For an equivalence row it is the one-sided count at the nearer margin, which understates what
+    TOST needs when the true mean is near 0 (both sides must pass)."""
     from scipy import stats
 
     if effect <= 0 or sd == 0:
         return None
-    return next((n for n in range(2, 100_000)
-                 if (stats.t.ppf(1 - level, n - 1) + stats.t.ppf(power, n - 1)) * sd / math.sqrt(n) <= effect), None)
+    n = max(2, int((stats.norm.ppf(1 - level) + stats.norm.ppf(power)) ** 2 * (sd / effect) ** 2) - 2)
+    while n <= 100_000:  # from just under the normal approximation, which the t count never undercuts by more than 2
+        if (stats.t.ppf(1 - level, n - 1) + stats.t.ppf(power, n - 1)) * sd / math.sqrt(n) <= effect:
+            return n
+        n += 1
+    return None
 
 
 def test_family(values: dict, hypotheses: list, margin: float = MARGIN, alpha: float = ALPHA,
@@ -206,16 +217,16 @@ def test_family(values: dict, hypotheses: list, margin: float = MARGIN, alpha: f
 
     values: {arm: (n,) per-seed values}, seeds in the same order for every arm. hypotheses: [(a, b, test)] on
     a − b, test one of `TESTS`. Returns one dict per hypothesis, in order: name "a − b", test, mean, ci95 (95% t
-    half-width), sd, p (`paired_test`), wins (seeds in the claim's direction), n, p_holm (`holm`), holm_level
-    (a = α/(m − k) at Holm's step k), ci_holm (half-width of the (1 − 2a) t interval: a one-sided or TOST test at
-    level a rejects exactly when its relevant end clears 0 or the margin), status, seeds_to_decide (at the
-    observed mean: 80% power at holm_level), smallest_margin (the largest |end| of the Holm-level interval), and
-    with stated_effect (an effect beyond the null's edge, the metric's units) seeds_at_stated_effect.
-    Statuses: the claim's (`CLAIM_STATUS`) where p_holm < α; "contradicted" where the Holm-level interval lies
-    wholly on the other side (above 0 for less, below 0 for greater, below −margin for noninferior, outside
-    ±margin for equivalent); else "not decided". Both directions are read at the same level, so "reproduced or
-    contradicted" together is a two-sided decision at 2a (docs/verdict.md says so). Raises ScrlError as
-    `paired_test`."""
+    half-width), sd, p (`paired_test`), p_opposite (the test in the other direction), wins (seeds in the claim's
+    direction), n, p_holm and p_opposite_holm (`holm` over the family's p, and separately over its p_opposite),
+    holm_level (a = α/(m − k) at Holm's step k), ci_holm (half-width of the (1 − 2a) t interval: a one-sided or
+    TOST test at level a rejects exactly when its relevant end clears 0 or the margin), status, seeds_to_decide
+    (at the observed mean: 80% power at holm_level), smallest_margin (the largest |end| of the Holm-level
+    interval), and with stated_effect (an effect beyond the null's edge, the metric's units)
+    seeds_at_stated_effect. Statuses (docs/verdict.md, rule 5): the claim's (`CLAIM_STATUS`) where p_holm < α;
+    "contradicted" where p_opposite_holm < α (the opposite tests have their own Holm correction, so each
+    direction is controlled at α family-wise, and together they make a two-sided decision at 2α); else "not
+    decided". Raises ScrlError as `paired_test`."""
     from scipy import stats
 
     rows = []
@@ -224,20 +235,20 @@ def test_family(values: dict, hypotheses: list, margin: float = MARGIN, alpha: f
         mean, half = mean_ci95(d)
         wins = {"less": d < 0, "greater": d > 0, "noninferior": d > -margin, "equivalent": abs(d) < margin}[test]
         rows.append(dict(name=f"{a} − {b}", test=test, mean=float(mean), ci95=float(half), sd=float(d.std(ddof=1)),
-                         p=paired_test(d, test, margin), wins=int(wins.sum()), n=len(d)))
+                         p=paired_test(d, test, margin), p_opposite=paired_test(d, test, margin, opposite=True),
+                         wins=int(wins.sum()), n=len(d)))
     rank = np.argsort(np.argsort([r["p"] for r in rows], kind="stable"), kind="stable")
-    for r, ph, k in zip(rows, holm([r["p"] for r in rows]), rank):
+    opposite_holm = holm([r["p_opposite"] for r in rows])
+    for r, ph, po, k in zip(rows, holm([r["p"] for r in rows]), opposite_holm, rank):
         level = alpha / (len(rows) - k)
         h = float(stats.t.ppf(1 - level, r["n"] - 1) * r["sd"] / math.sqrt(r["n"]))
         lo, hi = r["mean"] - h, r["mean"] + h
-        against = {"less": lo > 0, "greater": hi < 0, "noninferior": hi < -margin,
-                   "equivalent": lo >= margin or hi <= -margin}[r["test"]]
         effect = {"less": -r["mean"], "greater": r["mean"], "noninferior": r["mean"] + margin,
                   "equivalent": margin - abs(r["mean"])}[r["test"]]
         n_decide = seeds_to_decide(r["sd"], effect, level)
-        status = (CLAIM_STATUS[r["test"]].format(margin=margin) if ph < alpha else "contradicted" if against
+        status = (CLAIM_STATUS[r["test"]].format(margin=margin) if ph < alpha else "contradicted" if po < alpha
                   else f"not decided (≈{n_decide} seeds)" if n_decide else "not decided")
-        r.update(p_holm=float(ph), holm_level=float(level), ci_holm=h, status=status,
+        r.update(p_holm=float(ph), p_opposite_holm=float(po), holm_level=float(level), ci_holm=h, status=status,
                  seeds_to_decide=n_decide, smallest_margin=float(max(abs(lo), abs(hi))))
         if stated_effect is not None:
             r["seeds_at_stated_effect"] = seeds_to_decide(r["sd"], stated_effect, level)
@@ -248,13 +259,17 @@ test_family.__test__ = False  # a library function whose name starts with "test"
 
 
 def heterogeneity(d, kinds: list) -> dict:
-    """Replicates on other CPU models pooled, a seed one unit: per-kind mean ± 95% of the per-seed differences d
-    (n,) and the heterogeneity p (Welch's t for two kinds, one-way ANOVA for more; kinds with fewer than 2 seeds,
-    and the kinds "mixed" and "unknown", left out). kinds: (n,) the CPU kind of each seed's runs. Returns
-    {"per_cpu": {kind: {seeds, mean, ci95}}, "het_p": float or None (fewer than two kinds to compare)}."""
+    """The heterogeneity test of pooled CPU models (docs/verdict.md, rule 3): the seeds of a pooled test ran on
+    several CPU kinds (a seed is one unit, on one machine); are the per-seed differences d (n,) alike across kinds?
+    kinds: (n,) the CPU kind of each seed's runs ("mixed"/"unknown" seeds, and kinds with fewer than 2 seeds, left
+    out). Returns {"per_cpu": {kind: {seeds, mean, ci95}}, "het_p": Welch's two-sample t p for two kinds, one-way
+    ANOVA's for more, None with fewer than two kinds}. The kinds split the seeds, so the test is unpaired. Raises
+    ScrlError when kinds and d differ in length."""
     from scipy import stats
 
     d = np.asarray(d, float)
+    if len(kinds) != len(d):
+        raise ScrlError(f"heterogeneity needs one CPU kind per seed: {len(kinds)} kinds for {len(d)} seeds")
     parts = {}
     for k in dict.fromkeys(kinds):
         idx = [i for i, x in enumerate(kinds) if x == k]

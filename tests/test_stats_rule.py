@@ -96,3 +96,24 @@ def test_heterogeneity_equals_welch_and_anova():
     assert h["het_p"] == pytest.approx(stats.f_oneway(d[:4], d[4:8], d[8:11]).pvalue, rel=1e-12)
     assert set(h["per_cpu"]) == {"amx", "avx512", "avx2"}
     assert scrl_min.heterogeneity(d, ["avx512"] * 12)["het_p"] is None
+
+
+def test_contradicted_is_holm_controlled_over_the_opposite_tests():
+    """A row on the wrong side at one-sided p ≈ 0.02 is contradicted alone (a family of one) but not among six:
+    the opposite tests have their own Holm correction (before, a Holm-level interval at the claim's last step
+    called it contradicted at level α, whatever the family's size)."""
+    z = np.random.default_rng(11).normal(size=30)
+    z = (z - z.mean()) / z.std(ddof=1)  # mean 0, sd 1 exactly
+
+    def seeds(mean, sd=0.1):
+        return mean + sd * z
+
+    p_opp = stats.t.sf(0.04 / (0.1 / np.sqrt(30)), 29)  # the wrong-side row's own opposite p
+    assert 0.01 < p_opp < 0.05
+    values = {"zero": np.zeros(30), "bad": seeds(-0.04)}
+    values.update({f"x{i}": seeds(0.0) for i in range(5)})
+    alone = test_family(values, [("bad", "zero", "greater")])
+    assert alone[0]["status"] == "contradicted" and alone[0]["p_opposite"] == pytest.approx(p_opp, rel=1e-9)
+    six = test_family(values, [("bad", "zero", "greater")] + [(f"x{i}", "zero", "greater") for i in range(5)])
+    assert six[0]["p_opposite_holm"] == pytest.approx(min(1, 6 * p_opp), rel=1e-9)
+    assert six[0]["status"].startswith("not decided")
