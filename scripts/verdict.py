@@ -20,8 +20,7 @@ deck's). Notebook 10's gradient tests (`gradient_rows`) are its pre-registered p
 secondaries (one family), read from its JSON's "primary" and "secondary"; its placebo and gap against KL are
 descriptive. Notebook 13 (the confirmatory run on fresh seeds, `confirmatory_rows`) is tested in its own
 pre-registered families (A at lr 0.5, B at the gentler lr; the AUC primary, the final clean reward secondary), and
-where it tests a claim its primary decides the claims-table row. The older single-CPU rows with a page-wide Holm correction (`with_tests`) are no
-longer read by the page or the deck. tests/test_verdict.py checks the page and the README against this file, and the rule's pieces against
+where it tests a claim its primary decides the claims-table row. tests/test_verdict.py checks the page and the README against this file, and the rule's pieces against
 independent computations.
 """
 from __future__ import annotations
@@ -1227,9 +1226,8 @@ def forest_plot(rs: list, path: Path = None, fontsize: float = 6.5, width: float
                 title: str = "Paired contrasts in final clean reward, the earlier runs (notebook 13's: the claims table)\n"
                              "95% t intervals over seeds (filled: decided in its family)"):
     """One row per contrast of `rs`: the 95% interval thick, the point filled where the row's status is decided in
-    its family (tested_rows()), dashed lines at ±M, the row's KL(q‖p) at the right. Rows of the deck's older
-    `with_tests` (which carry ci_holm, the page-wide Holm level) get that interval thin and are filled where their
-    page-wide Holm p < 0.05. Saved to `path` when given; returns the figure."""
+    its family (tested_rows()), dashed lines at ±M, the row's KL(q‖p) at the right. Saved to `path` when given;
+    returns the figure."""
     import matplotlib
 
     if path is not None:
@@ -1242,54 +1240,26 @@ def forest_plot(rs: list, path: Path = None, fontsize: float = 6.5, width: float
     lim = 1.0  # rewards lie in [0, 1]: a difference beyond ±1 is off the scale
     for i, r in enumerate(rs):
         c = colors.get(r["source"], "k")
-        if "ci_holm" in r:
-            ax.plot([max(r["mean"] - r["ci_holm"], -lim), min(r["mean"] + r["ci_holm"], lim)], [i, i], color=c, lw=0.8, alpha=0.6)
-            filled = r["p_holm"] < 0.05
-        else:
-            filled = r["status"] not in ("", "not decided")
+        filled = r["status"] not in ("", "not decided")
         ax.plot([max(r["mean"] - r["ci95"], -lim), min(r["mean"] + r["ci95"], lim)], [i, i], color=c, lw=0.4 * fontsize)
         ax.plot(r["mean"], i, "o", color=c if filled else "white", mec=c, ms=0.8 * fontsize)
         if r["kl"] is not None:
             ax.text(1.02, i, f"{r['kl']:.1e}", va="center", fontsize=fontsize, transform=ax.get_yaxis_transform())
     ax.axvline(0, color="0.3", lw=0.8)
-    if not any("ci_holm" in r for r in rs):
-        for x in (-MARGIN, MARGIN):
-            ax.axvline(x, color="0.5", lw=0.6, ls="--")
+    for x in (-MARGIN, MARGIN):
+        ax.axvline(x, color="0.5", lw=0.6, ls="--")
     ax.set_yticks(range(len(rs)), [f"{r['source']} · {r['setting']} · {r['contrast']}" for r in rs], fontsize=fontsize)
     ax.tick_params(axis="x", labelsize=fontsize)
     ax.set_ylim(len(rs) - 0.4, -1.4)  # top to bottom, room above the first row for the KL heading
     ax.set_xlim(-1, 1)
     ax.set_xlabel("paired difference in final clean reward, seeds pooled over CPU models (thick: 95%; dashed: the "
-                  f"±{MARGIN:g} margin)" if not any("ci_holm" in r for r in rs) else
-                  "paired difference in final clean reward (thick: 95%; thin: Holm level over all rows; filled: Holm p < 0.05)",
-                  fontsize=fontsize)
+                  f"±{MARGIN:g} margin)", fontsize=fontsize)
     ax.text(1.02, -0.9, "KL", fontsize=fontsize, transform=ax.get_yaxis_transform())
     ax.set_title(title, fontsize=1.4 * fontsize)
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=120)
     return fig
-
-
-def with_tests(rs: list, alpha: float = ALPHA) -> list:
-    """The deck's older reading (slides/journal_club.py): adds mean, ci95, p (two-sided paired t), wins (a > b),
-    p_holm and ci_holm (Holm over all rows at once) to one replicate's rows(). The page no longer takes a status
-    from it: a page-wide correction is a sensitivity column only (docs/verdict.md, "The inference rule")."""
-    from scipy import stats
-
-    for r in rs:
-        d = np.array(r["per_seed"])
-        m, h = mean_ci95(d)
-        sd = d.std(ddof=1)
-        r.update(n=len(d), mean=float(m), ci95=float(h), wins=int((d > 0).sum()),
-                 p=1.0 if sd == 0 else float(2 * stats.t.sf(abs(m) / (sd / math.sqrt(len(d))), len(d) - 1)))
-    adj = holm([r["p"] for r in rs])
-    order = np.argsort(np.argsort([r["p"] for r in rs], kind="stable"), kind="stable")
-    for r, ph, k in zip(rs, adj, order):
-        level = alpha / (len(rs) - k)
-        sd = float(np.std(r["per_seed"], ddof=1))
-        r.update(p_holm=float(ph), ci_holm=float(stats.t.ppf(1 - level / 2, r["n"] - 1) * sd / math.sqrt(r["n"])))
-    return rs
 
 
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
