@@ -1390,12 +1390,6 @@ def blocks(rs=None) -> dict:
     return {k: m[k] for k in PAGE_BLOCKS}
 
 
-def readme_blocks(rs=None) -> dict:
-    """The generated blocks of README.md, by name."""
-    m = made(rs)
-    return {k: m[k] for k in README_BLOCKS}
-
-
 def write_blocks(path: Path, made_: dict, kind: str = "verdict") -> None:
     """Replace each <!-- KIND:NAME --> block of the file at `path` by made_[NAME]; SystemExit when one is missing.
     (scripts/results_table.py writes its `results` blocks with it too.)"""
