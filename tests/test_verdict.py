@@ -538,3 +538,31 @@ def test_every_replicate_is_the_same_design_with_its_provenance():
         assert f.name[:2] in verdict.REPLICATED, f"{f}: the verdict pools no replicate of this notebook"
         differ = {k: (v, main["parameters"].get(k)) for k, v in rep["parameters"].items() if main["parameters"].get(k) != v}
         assert not differ, f"{f}: parameters differ from figures/{f.name}: {differ}"
+
+
+def test_the_regime_section_collects_notebook_16s_claim_rows(tmp_path, monkeypatch):
+    """Once notebook 16's JSON exists, the page's regime section and the README's findings read its claim rows as
+    scrl_min.test_family wrote them (ids G1-G4), not a recomputation: a made-up JSON with plain equivalent to bf16."""
+    import scrl_min
+
+    rng = np.random.default_rng(16)
+    base = 0.45 + 0.1 * rng.standard_normal(40)
+    values = {"bf16": base, "plain": base + 0.01 * rng.standard_normal(40),
+              "sc": base + 0.005 + 0.01 * rng.standard_normal(40), "mis": base + 0.01 * rng.standard_normal(40)}
+    hyps = [("plain", "bf16", "less"), ("plain", "bf16", "equivalent"), ("sc", "plain", "greater"),
+            ("sc", "mis", "equivalent"), ("sc", "mis", "noninferior"), ("mis", "plain", "less")]
+    ids = ["G1", "G1'", "G2", "G3", "G3'", "G4"]
+    rows = scrl_min.test_family(values, hyps, stated_effect=0.05)
+    path = tmp_path / "16_grpo_regime.json"
+    path.write_text(json.dumps({"claims": [dict(id=i, family="primary (AUC)", **r) for i, r in zip(ids, rows)]}))
+    load = verdict._load
+    monkeypatch.setattr(verdict, "_load", lambda name, fig=verdict.FIG:
+                        json.loads(path.read_text()) if name == "16_grpo_regime.json" else load(name, fig))
+    text = verdict.regime_text()
+    by = dict(zip(ids, rows))
+    assert by["G1'"]["status"] == "equivalent within ±0.05" and by["G3"]["status"] == "equivalent within ±0.05"
+    for i in ids:
+        line = next(l for l in text.splitlines() if l.startswith(f"| {verdict.REGIME_WORDING[i]} |"))
+        assert f"{by[i]['mean']:+.3f} ± {by[i]['ci95']:.3f} (40 seeds) | {by[i]['status']}" in line
+    findings = verdict.findings()
+    assert "notebook 16, 40 fresh seeds" in findings and "no cost equivalent within ±0.05" in findings
