@@ -37,6 +37,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from scrl_min import holm, mean_ci95, p_text  # noqa: E402  (the scaffold's statistics, from the repository)
+from scrl_min.stats import paired_test as rule_test  # noqa: E402  (the rule's one test, as the notebooks run it)
 
 FIG = REPO / "figures"
 PAGE = REPO / "docs" / "verdict.md"
@@ -144,7 +145,9 @@ def paired_test(units, kind: str, margin: float = MARGIN) -> dict:
       two-sided    H0: d = 0                    p = 2 P(T ≥ |t|)
     Returns n, mean, sd, ci95 (half-width of the 95% t interval), p, and p_opposite: the p of the test in the
     opposite direction (for `decide`'s "contradicted"; d < 0, d < −M, or d outside ±M with the two sides
-    Bonferroni-combined; None for two-sided). Raises ValueError for fewer than 2 seeds or an unknown kind."""
+    Bonferroni-combined; None for two-sided). The one-sided, non-inferiority and TOST p are scrl_min.stats.paired_test's
+    (the notebooks' rule; with zero spread its p is 0 or 1, never ½). Raises ValueError for fewer than 2 seeds or an
+    unknown kind."""
     from scipy import stats
 
     d = np.asarray(units, dtype=float)
@@ -155,26 +158,11 @@ def paired_test(units, kind: str, margin: float = MARGIN) -> dict:
         raise ValueError(f"a paired t test needs at least 2 seeds, got {n}")
     m, sd, df = float(d.mean()), float(d.std(ddof=1)), n - 1
     se = sd / math.sqrt(n)
-
-    def z(c):  # (mean − c) / se, ±inf or 0 when every seed gives the same difference
-        return (m - c) / se if se > 0 else (math.copysign(math.inf, m - c) if m != c else 0.0)
-
-    def sf(c):
-        return _t_sf(z(c), df)
-
-    def cdf(c):
-        return _t_sf(-z(c), df)
-
-    if kind == "greater":
-        p, opp = sf(0.0), cdf(0.0)
-    elif kind == "less":
-        p, opp = cdf(0.0), sf(0.0)
-    elif kind == "noninferior":
-        p, opp = sf(-margin), cdf(-margin)
-    elif kind == "equivalent":
-        p, opp = max(sf(-margin), cdf(margin)), min(1.0, 2 * min(cdf(-margin), sf(margin)))
-    else:
-        p, opp = min(1.0, 2 * _t_sf(abs(z(0.0)), df)), None
+    if kind == "two-sided":  # rows no claim reads: described, not decided
+        z0 = m / se if se > 0 else (math.copysign(math.inf, m) if m != 0 else 0.0)
+        p, opp = min(1.0, 2 * _t_sf(abs(z0), df)), None
+    else:  # the claim's test and its opposite: the rule in scrl_min (stats.paired_test), defined once
+        p, opp = rule_test(d, kind, margin), rule_test(d, kind, margin, opposite=True)
     return dict(n=n, mean=m, sd=sd, ci95=float(stats.t.ppf(0.975, df) * se), p=float(p),
                 p_opposite=None if opp is None else float(opp))
 
