@@ -80,7 +80,8 @@ KIND_02 = {"sc − mis": "noninferior", "sc − tis": "noninferior", "sc_mis −
 # notebook's power computation ("prediction" → "power"), and the claim it answers (formatted with the parameters).
 GRADIENT_TESTS = (
     ("primary", "10 primary", "MIS", "primary · SC − MIS",
-     "SC's one-update gradient is closer to the on-policy gradient than MIS's (MSE; the pre-registered primary)"),
+     "SC's one-update gradient is closer to the on-policy gradient than MIS's (MSE, a variance effect, not bias; the "
+     "pre-registered primary)"),
     ("S1", "10 secondaries", "IS", "primary · SC − IS",
      "… closer than exact token IS's (the same cell; secondary S1)"),
     ("S2", "10 secondaries", "MIS", "secondary · SC − MIS",
@@ -753,8 +754,9 @@ def claims(rs: list | None = None, slopes: list | None = None, g=None, c13: list
     if st07:  # notebook 07's redesign: P1-P4 (the refresh schedule first, the article's)
         for sched, which in (("refresh", "the sampler refreshed every s + 1 steps (the article's schedule)"),
                              ("constant", "a constant lag of s steps")):
-            for kind, wording in (("greater", "Centering helps IS under staleness (SC + IS > IS)"),
-                                  ("noninferior", "… and costs IS nothing (SC + IS non-inferior to IS at −0.05)")):
+            for kind, wording in (("greater", "Centering helps IS under staleness (SC + IS > IS, on average over lags and IS kinds)"),
+                                  ("noninferior", "… and costs IS nothing (SC + IS non-inferior to IS at −0.05, on average over lags "
+                                                  "and IS kinds)")):
                 r, sec = (next((x for x in st07 if x["family"] == fam and x["kind"] == kind
                                 and x["setting"].startswith(sched)), None) for fam in ("07 P", "07 P final"))
                 if r is not None:
@@ -964,7 +966,8 @@ def claims_table(cs: list | None = None) -> str:
 README_CLAIMS = ("A mismatched sampler costs plain training reward", "Score centering recovers it",
                  "SC matches TIS (", "SC matches MIS (", "SC + IS beats IS", "SC is more than a group baseline",
                  "SC's edge grows with the mismatch (sc − plain", "SC's one-update gradient is closer",
-                 "… and costs IS nothing (SC + IS non-inferior to IS at −0.05); the sampler refreshed",
+                 "… and costs IS nothing (SC + IS non-inferior to IS at −0.05, on average over lags and IS kinds); the "
+                 "sampler refreshed",
                  "A mismatched sampler drifts the completion length")
 
 
