@@ -1283,6 +1283,32 @@ def _centred_arms_13() -> dict:
                 bf16_auc=float(auc["bf16"].mean()))
 
 
+def recovery_text() -> str:
+    """Notebook 13 (family A), exploratory: how close each correction comes to the no-mismatch reference, on the AUC
+    and on the final reward. Per arm x in SC, TIS, MIS: x − bf16 mean ± 95% and its equivalence test within ±M (Holm
+    over the three, per metric: `scrl_min.test_family`); and SC's share of the cost it recovers, (SC − plain) /
+    (bf16 − plain), with a delta-method 95% t interval over seeds. '' when notebook 13's JSON is missing."""
+    from scipy import stats as st
+
+    from scrl_min import test_family
+
+    c = _load("13_confirmatory.json")
+    if c is None:
+        return ""
+    lines = ["| metric | SC − bf16 | TIS − bf16 | MIS − bf16 | SC's share of the cost recovered |", "|---|---|---|---|---|"]
+    for metric, label in (("auc", "AUC (primary)"), ("final", "final clean reward (secondary)")):
+        v = {a: np.asarray(x[f"{metric}_per_seed"], float) for a, x in c["per_arm"].items()}
+        rows = test_family(v, [(a, "bf16", "equivalent") for a in ("sc", "tis", "mis")], margin=MARGIN)
+        rec, cost = v["sc"] - v["plain"], v["bf16"] - v["plain"]
+        share = rec.mean() / cost.mean()
+        n = len(rec)
+        se = (rec - share * cost).std(ddof=1) / math.sqrt(n) / cost.mean()
+        half = st.t.ppf(0.975, n - 1) * se
+        cells = [f"{fmt(r['mean'])} ± {r['ci95']:.3f}, {r['status'].split(' (')[0]}" for r in rows]
+        lines.append(f"| {label} | {' | '.join(cells)} | {share:.0%} [{share - half:.0%}, {share + half:.0%}] |")
+    return "\n".join(lines)
+
+
 def regime_text() -> str:
     """The verdict page's section on the article's regime: notebook 16's primary rows when its JSON is committed
     (else a line saying it is pre-registered and running), then notebook 13's centred arms, A7 with what it mixes."""
@@ -1368,10 +1394,11 @@ def made(rs: list | None = None) -> dict:
     cs = claims(rs, slopes, g, confirmatory_rows(), staleness_rows())
     return {"claims": claims_table(cs), "ladder": ladder_table(), "forest": forest_table(rs),
             "severity": severity_text(rs, slopes), "gradient": gradient_text(g, grs), "regime": regime_text(),
+            "recovery": recovery_text(),
             "readme": readme_table(cs=cs), "readme_note": readme_note(cs), "findings": findings()}
 
 
-PAGE_BLOCKS = ("claims", "readme_note", "ladder", "forest", "severity", "gradient", "regime")
+PAGE_BLOCKS = ("claims", "readme_note", "recovery", "ladder", "forest", "severity", "gradient", "regime")
 README_BLOCKS = ("readme", "findings")
 
 
