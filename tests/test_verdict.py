@@ -566,3 +566,17 @@ def test_the_regime_section_collects_notebook_16s_claim_rows(tmp_path, monkeypat
         assert f"{by[i]['mean']:+.3f} ± {by[i]['ci95']:.3f} (40 seeds) | {by[i]['status']}" in line
     findings = verdict.findings()
     assert "notebook 16, 40 fresh seeds" in findings and "no cost equivalent within ±0.05" in findings
+
+
+def test_the_recovery_table_is_notebook_13s_per_seed_values():
+    """The page's recovery table: SC's share of the cost, (SC − plain) / (bf16 − plain) over the mean per-seed
+    differences, and x − bf16 means, recomputed here from 13's JSON with numpy alone."""
+    c = json.loads((REPO / "figures" / "13_confirmatory.json").read_text())["per_arm"]
+    text = verdict.recovery_text()
+    for metric, label in (("auc", "AUC (primary)"), ("final", "final clean reward (secondary)")):
+        v = {a: np.asarray(x[f"{metric}_per_seed"]) for a, x in c.items()}
+        row = next(l for l in text.splitlines() if l.startswith(f"| {label} |"))
+        share = (v["sc"] - v["plain"]).mean() / (v["bf16"] - v["plain"]).mean()
+        assert row.rstrip(" |").endswith("]") and f"| {share:.0%} [" in row
+        for a in ("sc", "tis", "mis"):
+            assert f"{(v[a] - v['bf16']).mean():+.3f} ± " in row
