@@ -28,7 +28,7 @@ from .drift import eos_stats, expected_update, iterate_drift, iterated_drift_run
 from .stats import (ALPHA, ARM_COLORS, COLLAPSE_STD, MARGIN, band_plot, check_layout, collapsed, curve_auc,
                     eval_curve, final_reward, forest_plot, heterogeneity, holm, mcnemar_exact, mean_ci95,
                     moving_average, p_text, paired_contrasts, paired_test, per_seed_plot, seeds_to_decide,
-                    test_family)
+                    test_differences, test_family)
 
 # what the notebooks and scripts import (tests/test_structure.py checks that the list is exactly that)
 __all__ = [
@@ -49,5 +49,5 @@ __all__ = [
     # statistics and figures (stats.py)
     "ALPHA", "ARM_COLORS", "COLLAPSE_STD", "MARGIN", "band_plot", "check_layout", "collapsed", "curve_auc", "eval_curve",
     "final_reward", "forest_plot", "heterogeneity", "holm", "mcnemar_exact", "mean_ci95", "moving_average", "p_text",
-    "paired_contrasts", "per_seed_plot", "seeds_to_decide", "test_family",
+    "paired_contrasts", "per_seed_plot", "seeds_to_decide", "test_differences", "test_family",
 ]

@@ -5,7 +5,7 @@ deck compute from the metrics records of finished runs. Nothing here trains; the
 Reading order: `mean_ci95` (a mean over seeds with its 95% t interval) · `eval_curve`,
 `moving_average` (curves of one run) · `final_reward`, `curve_auc`, `collapsed` (one number per run) ·
 `p_text`, `holm`, `paired_contrasts`, `mcnemar_exact` (arms compared over paired seeds) · the inference rule of
-the pre-registered notebooks: `paired_test`, `seeds_to_decide`, `test_family`, `heterogeneity` · `ARM_COLORS`,
+the pre-registered notebooks: `paired_test`, `seeds_to_decide`, `test_family` (`test_differences`), `heterogeneity` · `ARM_COLORS`,
 `band_plot`, `forest_plot`, `per_seed_plot`, `check_layout` (figures fit for a slide).
 """
 from __future__ import annotations
@@ -213,30 +213,41 @@ def seeds_to_decide(sd: float, effect: float, level: float, power: float = 0.8):
 
 def test_family(values: dict, hypotheses: list, margin: float = MARGIN, alpha: float = ALPHA,
                 stated_effect: float = None) -> list:
-    """One pre-registered family: the paired test of each hypothesis over seeds, then Holm's step-down.
+    """One pre-registered family of arm contrasts: `test_differences` over the per-seed differences a − b.
 
     values: {arm: (n,) per-seed values}, seeds in the same order for every arm. hypotheses: [(a, b, test)] on
-    a − b, test one of `TESTS`. Returns one dict per hypothesis, in order: name "a − b", test, mean, ci95 (95% t
-    half-width), sd, p (`paired_test`), p_opposite (the test in the other direction), wins (seeds in the claim's
-    direction), n, p_holm and p_opposite_holm (`holm` over the family's p, and separately over its p_opposite),
-    holm_level (a = α/(m − k) at Holm's step k), ci_holm (half-width of the (1 − 2a) t interval: a one-sided or
-    TOST test at level a rejects exactly when its relevant end clears 0 or the margin), status, seeds_to_decide
-    (at the observed mean: 80% power at holm_level), smallest_margin (the largest |end| of the Holm-level
-    interval), and with stated_effect (an effect beyond the null's edge, the metric's units)
-    seeds_at_stated_effect. Statuses (docs/verdict.md, rule 5): the claim's (`CLAIM_STATUS`) where p_holm < α;
-    "contradicted" where p_opposite_holm < α (the opposite tests have their own Holm correction, so each
-    direction is controlled at α family-wise, and together they make a two-sided decision at 2α); else "not
-    decided". Raises ScrlError as `paired_test`."""
+    a − b, test one of `TESTS`. Returns `test_differences`' rows, named "a − b". Raises ScrlError as `paired_test`."""
+    return test_differences([(f"{a} − {b}", np.asarray(values[a], float) - np.asarray(values[b], float), test)
+                             for a, b, test in hypotheses], margin, alpha, stated_effect)
+
+
+def test_differences(hypotheses: list, margin: float = MARGIN, alpha: float = ALPHA, stated_effect: float = None) -> list:
+    """One pre-registered family: the paired test of each hypothesis over seeds, then Holm's step-down.
+
+    hypotheses: [(name, d, test)], d (n,) the per-seed differences the claim reads (an arm contrast, or a mean of
+    several, as notebook 07's SC + IS − IS over lags and IS kinds), test one of `TESTS`. Returns one dict per
+    hypothesis, in order: name, test, mean, ci95 (95% t half-width), sd, p (`paired_test`), p_opposite (the test in
+    the other direction), wins (seeds in the claim's direction), n, p_holm and p_opposite_holm (`holm` over the
+    family's p, and separately over its p_opposite), holm_level (a = α/(m − k) at Holm's step k), ci_holm
+    (half-width of the (1 − 2a) t interval: a one-sided or TOST test at level a rejects exactly when its relevant end
+    clears 0 or the margin), status, seeds_to_decide (at the observed mean: 80% power at holm_level),
+    smallest_margin (the largest |end| of the Holm-level interval), and with stated_effect (an effect beyond the
+    null's edge, the metric's units) seeds_at_stated_effect. Statuses (docs/verdict.md, rule 5): the claim's
+    (`CLAIM_STATUS`) where p_holm < α; "contradicted" where p_opposite_holm < α (the opposite tests have their own
+    Holm correction, so each direction is controlled at α family-wise, and together they make a two-sided decision
+    at 2α); else "not decided". Raises ScrlError as `paired_test`."""
     from scipy import stats
 
     rows = []
-    for a, b, test in hypotheses:
-        d = np.asarray(values[a], float) - np.asarray(values[b], float)
+    for name, d, test in hypotheses:
+        d = np.asarray(d, float)
         mean, half = mean_ci95(d)
         wins = {"less": d < 0, "greater": d > 0, "noninferior": d > -margin, "equivalent": abs(d) < margin}[test]
-        rows.append(dict(name=f"{a} − {b}", test=test, mean=float(mean), ci95=float(half), sd=float(d.std(ddof=1)),
+        rows.append(dict(name=name, test=test, mean=float(mean), ci95=float(half), sd=float(d.std(ddof=1)),
                          p=paired_test(d, test, margin), p_opposite=paired_test(d, test, margin, opposite=True),
                          wins=int(wins.sum()), n=len(d)))
+    if not rows:
+        return rows
     rank = np.argsort(np.argsort([r["p"] for r in rows], kind="stable"), kind="stable")
     opposite_holm = holm([r["p_opposite"] for r in rows])
     for r, ph, po, k in zip(rows, holm([r["p"] for r in rows]), opposite_holm, rank):
@@ -255,7 +266,7 @@ def test_family(values: dict, hypotheses: list, margin: float = MARGIN, alpha: f
     return rows
 
 
-test_family.__test__ = False  # a library function whose name starts with "test": pytest must not collect it
+test_family.__test__ = test_differences.__test__ = False  # library functions named test_*: pytest must not collect them
 
 
 def heterogeneity(d, kinds: list) -> dict:
