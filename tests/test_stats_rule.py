@@ -117,3 +117,22 @@ def test_contradicted_is_holm_controlled_over_the_opposite_tests():
     six = test_family(values, [("bad", "zero", "greater")] + [(f"x{i}", "zero", "greater") for i in range(5)])
     assert six[0]["p_opposite_holm"] == pytest.approx(min(1, 6 * p_opp), rel=1e-9)
     assert six[0]["status"].startswith("not decided")
+
+
+def test_notebook_07s_families_recompute_from_its_run_records():
+    """Notebook 07's pre-registered families (SC + IS − IS per seed, the mean over its lags and IS kinds; one-sided
+    and non-inferiority per schedule) from the per-run values in its JSON alone: p, Holm p and status to 1e-9."""
+    data = json.loads((REPO / "figures" / "07_staleness.json").read_text())
+    par, runs = data["parameters"], data["runs"]
+    pairs = [("sc_tis", "tis"), ("sc_mis", "mis")]
+    for metric, family in (("auc", "primary (auc)"), ("final", "secondary: final reward")):
+        hyps = []
+        for sched in par["schedules"]:
+            d = np.mean([np.subtract(runs[f"{sched} / s={s} / {a}"][metric], runs[f"{sched} / s={s} / {b}"][metric])
+                         for s in par["staleness"] for a, b in pairs], axis=0)
+            hyps += [(f"{sched}: SC + IS − IS", d, test) for test in ("greater", "noninferior")]
+        rows = scrl_min.test_differences(hyps, margin=par["margin"], alpha=par["alpha"])
+        for mine, theirs in zip(rows, data["families"][family], strict=True):
+            for k in ("mean", "p", "p_holm"):
+                assert mine[k] == pytest.approx(theirs[k], rel=1e-9, abs=1e-12), (family, mine["name"], k)
+            assert (mine["name"], mine["status"]) == (theirs["name"], theirs["status"])
