@@ -3,7 +3,7 @@
 What it makes (into ``models/qwen3-tiny-code/`` unless ``--out`` says otherwise):
   * a byte-level BPE tokenizer (``tokenizers``) with Qwen-style special tokens
     ``<|endoftext|>``, ``<|im_start|>``, ``<|im_end|>`` and a Qwen-style chat template;
-  * a ``Qwen3ForCausalLM`` of about 3.6M parameters, pretrained for a few minutes on the Python
+  * a ``Qwen3ForCausalLM`` of about 3.7M parameters, pretrained for a few minutes on the Python
     standard library's own source (present on every machine, so nothing is downloaded), half of the
     samples wrapped in the chat template as "continue this code" turns (the SFT part), so that the
     task prompts of ``scrl_min.make_task_dataset`` are in-distribution;

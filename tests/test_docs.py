@@ -62,3 +62,21 @@ def test_results_tables_are_the_committed_json():
 
 
 # docs/verdict.md and README.md's verdict blocks against figures/ and the page's inference rule: tests/test_verdict.py
+
+
+def test_every_parameter_count_in_the_text_is_the_models():
+    """'3.7M-parameter', '3.7M parameters', '/ 3.7M' in any tracked text is the embedded model's count, rounded to
+    0.1M (it said 3.6M in two files while the model has 3,672,832)."""
+    import scrl_min
+
+    policy, _ = scrl_min.load_policy(str(scrl_min.DEFAULT_MODEL_PATH))
+    want = f"{sum(p.numel() for p in policy.parameters()) / 1e6:.1f}M"
+    bad = []
+    for path in tracked_text_files():
+        if not path.exists() or path.suffix not in (".md", ".py") or path.name == "test_docs.py":
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            for m in re.finditer(r"\b(\d\.\d)M(?:-parameter| parameters|\b(?= ≈))", line):
+                if m.group(0)[:len(want)] != want:
+                    bad.append(f"{path.relative_to(REPO)}:{i}: {m.group(0)}")
+    assert not bad, f"the model has {want} parameters:\n" + "\n".join(bad)
