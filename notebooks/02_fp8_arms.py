@@ -288,38 +288,26 @@ print(f"saved {figures_dir}/02_fp8_arms.png, 02_per_seed.png and their .json")
 # %% [markdown]
 # ## What the measurement shows
 #
-# Written from the `make reproduce-full` run whose outputs are above (12 paired seeds, 72 runs, 2 cores, an AMD
-# EPYC with AVX-512, no AMX). The same notebook, code and seeds ran earlier on an Intel Xeon with AVX-512/AMX
-# (commit 7e7f68c, `figures/replicates/xeon_amx/02_fp8_arms.json`) and on an AVX2-only AMD EPYC (commit 72871e0,
-# `figures/replicates/epyc_avx2/02_fp8_arms.json`): another CPU model samples other tokens from the first batch
-# on, so no run ended at the same reward on two of them, and the three runs are replicates. All three are quoted
-# (here, then the Xeon, then the AVX2 EPYC).
+# Written from the `make reproduce-full` run above (12 paired seeds, 72 runs, an AMD EPYC with AVX-512). The same code
+# and seeds also ran on an Intel Xeon with AVX-512/AMX and on an AVX2-only AMD EPYC (`figures/replicates/`). Another
+# CPU model samples other tokens from the first batch on, so the three runs are replicates: the verdict page pools
+# them (a seed is one unit, Holm within these five contrasts) and gives each replicate's numbers. Its rows:
 #
-# * **The mismatch costs plain training reward, and score centering recovers it: both pre-registered findings,
-#   on all three CPUs.** Plain − bf16 −0.301 ± 0.074 here (Holm p < 0.001; plain below the reference in 12 of
-#   12 seeds), −0.190 ± 0.107 and −0.261 ± 0.089 on the other two; SC − plain +0.290 ± 0.086 here (Holm
-#   p < 0.001; 11 of 12 seeds above 0), +0.167 ± 0.055 and +0.260 ± 0.067. Plain ends at 0.095 ± 0.051 here, three
-#   of its runs collapsed. The secondary metric agrees (area under the curve, here: −0.230 ± 0.051 and
-#   +0.206 ± 0.041). Under `docs/verdict.md`'s inference rule (each claim tested as its wording needs, Holm within
-#   these five; a seed is the mean of its runs on the three CPU models), both are **reproduced**: pooled over
-#   three CPU models (12 seeds), plain − bf16 −0.251 ± 0.055 (one-sided p < 0.001, Holm p < 0.001;
-#   heterogeneity p 0.171) and SC − plain +0.239 ± 0.045 (Holm p < 0.001), whose replicates differ in size
-#   (heterogeneity p 0.023: flagged, not demoted).
-# * **SC against TIS and MIS: non-inferior at −0.05 once the third CPU model is pooled; centering adds nothing
-#   detectable to MIS.** Here SC − MIS +0.034 ± 0.062, SC − TIS +0.050 ± 0.091, SC+MIS − MIS −0.060 ± 0.064
-#   (Holm p 0.50, 0.50, 0.19); on the Xeon −0.015 ± 0.093, −0.040 ± 0.065, +0.044 ± 0.130; on the AVX2 EPYC
-#   +0.026 ± 0.068, +0.005 ± 0.096, −0.067 ± 0.095. The point estimates change sign between CPUs, as noise does.
-#   The rule declares the margin this notebook lacked: "SC matches or beats X" is non-inferiority at −0.05.
-#   Pooled over three CPU models (12 seeds), SC − MIS +0.015 ± 0.052 (non-inferiority p 0.010, Holm p 0.029 in
-#   the five) and SC − TIS +0.005 ± 0.049 (p 0.016, Holm p 0.031) are **non-inferior**; pooled over the first
-#   two, neither was decided. This third replicate ran because the notebook's code had changed since its last
-#   outputs, not for its result, and notebook 13 (36 fresh seeds, a less noisy primary metric) is what decides
-#   these claims on the verdict page. SC+MIS − MIS −0.028 ± 0.051 (one-sided p 0.871) is not decided, and no
-#   number of seeds would decide "SC + IS beats IS" at this estimate, which lies below 0.
-# * **Collapse** (one template for every prompt at the end): here plain 3 of 12 runs, MIS 2, TIS and SC+MIS 1,
-#   the bf16 reference and SC none; on the Xeon plain 5, MIS 2, the reference 1; on the AVX2 EPYC plain 4, TIS 2,
-#   each other arm 1. No paired exact test separates two arms (here SC vs plain p = 0.25).
-# * **Why this regime favours any correction**: raw rewards make E_q[A] as large as it can be, and the
-#   exact KL(q‖p) at the start is 1.5e-2 per token, about 11× FP8 alone (docs/verdict.md's ladder).
-#   Whether SC's edge over IS appears at the gradient level, or grows with the mismatch, is notebooks 10 and
-#   11's question.
+# > * A mismatched sampler costs plain training reward: plain − bf16 −0.251 ± 0.055 (Holm p < 0.001), **reproduced**.
+# > * Score centering recovers it: SC − plain +0.239 ± 0.045 (Holm p < 0.001), **reproduced**; the replicates
+# >   differ in size (heterogeneity p 0.023: flagged, not demoted).
+# > * SC matches or beats MIS and TIS (non-inferiority, margin −0.05): SC − MIS +0.015 ± 0.052 (Holm p 0.029) and
+# >   SC − TIS +0.005 ± 0.049 (Holm p 0.031), **non-inferior**.
+# > * SC + IS beats IS: SC+MIS − MIS −0.028 ± 0.051, not decided; the estimate lies below 0, so no number of seeds
+# >   would decide it.
+#
+# * **This run alone** agrees in sign on every row and is noisier (one CPU model's 12 runs per arm; the figures
+#   above are this run's, not the pooled rows). Plain ends at 0.095 ± 0.051, three of its runs collapsed (one
+#   template for every prompt), against none of SC's or the reference's; no paired exact test separates two arms'
+#   collapses.
+# * **Why this regime favours any correction**: raw rewards make E_q[A] as large as it can be, and the exact
+#   KL(q‖p) at the start is 1.5e-2 per token, about 11 times FP8 alone (the verdict page's ladder).
+# * **What decides these claims now** is notebook 13: 36 fresh seeds, pre-registered, a less noisy metric (the area
+#   under the clean-eval curve). This notebook's run came first and is partly confirmatory (5 of its 12 seeds were
+#   seen before its pre-registration). Whether SC's edge shows at the gradient, or grows with the mismatch, is
+#   notebooks 10 and 11's question.
