@@ -252,55 +252,25 @@ print(f"saved {figures_dir}/06_regime_map.{{png,json}} and {figures_dir}/06_drif
 # %% [markdown]
 # ## What the measurement shows
 #
-# Measured on 2 cores of an AMD EPYC with AVX-512 (no AMX): the 96 runs trained in 144 CPU-thread minutes
-# (printed above); docs/development.md has the wall times. The previous outputs, from an Intel Xeon with AMX
-# (commit b8eeb48), ended the same configurations and seeds at other rewards (seed 0's raw bf16 reference at
-# 0.58, here 0.27): another CPU model samples other tokens from the first batch on, so the project treats its
-# runs as replicates (README, "Which numbers hold where") and the maps below are this CPU's. 3 paired seeds per
-# cell, and the 54 cells of the two maps are one family: **no cell holds after Holm's correction** (every
-# Holm-adjusted p is 1.00). Three cells exclude 0 at the uncorrected 95% level, about the 2.7 that 54 tests give
-# by chance at that level; they are framed in the map, and they are leads, not findings:
+# Measured on 2 cores of an AMD EPYC with AVX-512 (no AMX), 96 runs. An earlier run on an Intel Xeon with AMX
+# (commit b8eeb48) ended the same configurations and seeds at other rewards, as another CPU model does (README,
+# "Which numbers hold where"), so the maps are this CPU model's. Three paired seeds per cell, and the 54 cells of the
+# two maps are one family: **no cell holds after Holm's correction** (every Holm-adjusted p is 1.00). Three cells
+# exclude 0 at the uncorrected 95% level, about what 54 tests give by chance at that level: they are framed in the
+# map as leads, not findings. Notebooks 02, 11, 13 and 16, with many more seeds, test these settings.
 #
-# * **Raw rewards, FP8 + σ = 0.1 (notebook 02's setting, its seeds 0-2): plain nearly collapses, every
-#   correction leads.** Plain ends at 0.12, 0.00 and 0.08 against the reference's 0.27-0.59 (plain − reference
-#   −0.39 ± 0.50). MIS − plain +0.24 ± 0.16 (p 0.025) and SC+MIS − plain +0.22 ± 0.17 (p 0.032) exclude 0
-#   uncorrected (Holm p 1.00); SC +0.22 ± 0.30 and TIS +0.23 ± 0.76 (one TIS seed ended at 0.00) contain it.
-#   Notebook 02, with 12 seeds on each CPU model, decides this setting (the verdict page). No two corrections
-#   are told apart here (SC − SC+MIS +0.00 ± 0.14, MIS − SC +0.01 ± 0.19, paired).
-# * **Raw rewards, int4 weights: SC's largest estimate against plain, not resolved.** With int4 group-128
-#   weights (σ = 0) plain ends at 0.12, 0.09 and 0.32 and SC at 0.38, 0.47 and 0.47: SC − plain +0.27 ± 0.31
-#   (p 0.064, Holm p 1.00). TIS +0.26 ± 0.37, MIS +0.21 ± 0.21 (p 0.051) and SC+MIS +0.18 ± 0.34 against plain
-#   contain 0 too. SC is not told apart from TIS or MIS (SC − TIS +0.01 ± 0.06, SC − MIS +0.06 ± 0.26, paired),
-#   and SC − SC+MIS +0.09 ± 0.07 excludes 0 uncorrected (the section on the corrections against one another).
-#   Notebook 11's int4 g128 rung, 5 seeds on each CPU model pooled on the verdict page, is the test of SC
-#   against plain in this setting.
-# * **Raw rewards, FP8 alone: no cost to plain is detected.** Plain − reference is −0.07 ± 0.37 (plain
-#   0.33-0.45 against the reference's 0.27-0.59); TIS − plain and MIS − plain −0.06 ± 0.10; SC − plain
-#   +0.02 ± 0.51. One cell excludes 0 uncorrected: SC+MIS − reference −0.25 ± 0.16 (p 0.022, Holm p 1.00;
-#   SC+MIS ends at 0.08, 0.27 and 0.26).
-# * **TIS and MIS are the same runs under FP8 alone.** In all 6 seeds (both modes) FP8's ratio p/q stays
-#   within [0.57, 1.66] over all 100 steps, so neither TIS's cap (2) nor MIS's band [0.5, 5] changes a weight
-#   and both weight every token by ρ alone: those runs are identical (equal final rewards).
-# * **The paper's recipe (centered advantages): nothing separates from the reference or from plain.** Every
-#   cell's interval contains 0, against the reference and against plain, for all five arms. The reference's
-#   seeds end at 0.99, 0.43 and 0.58. Under FP8 alone TIS, MIS and SC+MIS end two of their three seeds near the
-#   task's ceiling of 1.0 (0.97-0.99), plain and SC none (at most 0.56 and 0.58). Between the corrections
-#   (paired, outside the Holm family), TIS − SC and MIS − SC (one pair: those runs are identical)
-#   +0.35 ± 0.28 under FP8 and TIS − SC+MIS +0.20 ± 0.11 under int4 exclude 0 uncorrected; with raw int4's
-#   SC − SC+MIS that is 3 of the map's 30 distinct pairs, against the 1.5 chance gives at that level. With
-#   group-centred advantages E[A | prompt] = 0, so the drift at the first token is 0 by construction (measured
-#   0.0000), and the per-token drift `drift_norm` is 5 to 8 times smaller than under raw rewards for FP8 and
-#   int4 (0.0003 and 0.0009 against 0.0024 and 0.0052); with σ = 0.1 it is nearly the same as under raw
-#   rewards (0.0022 against 0.0023).
-# * **SC+MIS, the paper's arm, against the reference:** under raw rewards −0.25 ± 0.16 (FP8 alone, the
-#   uncorrected exclusion above), −0.10 ± 0.36 (int4) and −0.17 ± 0.34 (FP8 + σ). With 3 seeds "tracks the
-#   reference" cannot be told from "falls short of it by 0.3".
-# * **Does the drift/signal ratio predict where SC helps?** Under raw rewards the first-token ratio is 0.13
-#   (FP8), 0.33 (int4 g128) and 0.41 (FP8 + σ = 0.1), and SC − plain is +0.02 ± 0.51, +0.27 ± 0.31 and
-#   +0.22 ± 0.30: SC's estimate is near 0 where the ratio is smallest and larger in the two settings with the
-#   larger ratio, though not in their order. Three points whose intervals all contain 0 do not establish a
-#   relation; the exact KL(q‖p) sets FP8 alone apart from the other two the same way (0.0006, 0.0040, 0.0039),
-#   and the ratio arms follow the same pattern (TIS − plain −0.06, +0.26, +0.23), so the ratio does not single
-#   out centering from importance weighting.
-# * **Not in this map**: GRPO's std-scaled advantages, signed rewards and σ = 0.05 (each one parameter
-#   away; notebook 09 has signed rewards, notebook 11 σ = 0.05).
+# * **Raw rewards: where the mismatch is larger, every correction leads.** Under FP8 + σ 0.1 plain nearly
+#   collapses (plain − reference −0.39 ± 0.50) and TIS, MIS, SC and SC+MIS all end above plain; under int4 g128
+#   SC − plain is SC's largest estimate, +0.27 ± 0.31, not resolved; under FP8 alone no cost to plain is detected
+#   (plain − reference −0.07 ± 0.37). No two corrections are told apart after correction.
+# * **TIS and MIS are the same runs under FP8 alone**: the ratio p/q stays within [0.57, 1.66] over all 100
+#   steps, inside TIS's cap and MIS's band, so neither changes a weight.
+# * **Group-centred advantages (the article's recipe): nothing separates** from the reference or from plain, for
+#   any arm. The drift at the first token is 0 by construction, and the per-token drift is 5 to 8 times smaller than
+#   under raw rewards for FP8 and int4, but nearly the same with σ 0.1 (0.0022 against 0.0023): notebooks 15 and
+#   16 measure that regime at the gradient and with 85 seeds.
+# * **Does the drift/signal ratio predict where SC helps?** Three settings whose intervals all contain 0 do not
+#   establish it, and the importance-weighted arms follow the same pattern as SC, so the ratio does not single out
+#   centering.
+# * **Not in this map**: GRPO's std-scaled advantages, signed rewards (notebook 09) and σ 0.05 (notebook 11), each
+#   one parameter away.
