@@ -624,77 +624,35 @@ print(f"notebook run time (after imports): {time.perf_counter() - t_start:.1f} s
 # %% [markdown]
 # ## What we saw
 #
-# Numbers from the `make reproduce` run (128 prompts × up to 24 tokens, about 3000 tokens per sampler,
-# k = 128, seed 0, 2 CPU cores of an Intel Xeon with AVX-512 and AMX, no GPU;
-# `figures/04_sampler_mismatch.json`). T = 1 first, T = 0.7 after the slash. The tables printed above
-# are the source of truth for your own run.
+# From the `make reproduce` run (128 prompts × up to 24 tokens, about 3,000 tokens per sampler, k = 128, seed 0, 2 CPU
+# cores of an Intel Xeon with AVX-512 and AMX; `figures/04_sampler_mismatch.json`). The tables printed above hold
+# every number, at T = 1 and T = 0.7; the few quoted here are at T = 1.
 #
-# - **torch bf16 is the trainer.** Mean $|\Delta|$ 7.4e-7 / 9.1e-7, max 7.4e-6 / 6.4e-6, KL ($k_3$)
-#   below 1e-12: float32 round-off (so is its head "bound", 1e-8 at T = 0.7, which here exceeds
-#   $k_3$: rounding of $\sum_H q$ and $\sum_H p$ in float32). The embedded checkpoint is stored in bf16, so bf16 rounding of its
-#   weights is the identity and only the summation order differs. The bf16 reference arm of
-#   notebook 02 therefore has no mismatch at all at step 0 (it appears as training moves the float32
-#   weights off the bf16 grid).
-# - **torch fp8** (W8A8 e4m3, emulated, σ = 0): mean $|\Delta|$ 0.035 / 0.036 (median 0.024 / 0.022,
-#   p99 0.15 / 0.20, max 0.44 / 0.38); KL $k_3$ 1.2e-3 / 1.5e-3 ($k_1$ 1.6e-3 / 1.9e-3), in line with
-#   the full-vocabulary KL of 0.0012 at T = 1 in notebook 03. No token leaves the MIS band [0.5, 5];
-#   no sequence at T = 1, one of 128 at T = 0.7; the sequence log-ratio has a standard deviation of
-#   0.23 / 0.28.
-# - **torch fp8 + σ 0.1** (the FP8 arms of notebook 02): mean $|\Delta|$ 0.12 / 0.14 (p99 0.52 / 0.66,
-#   max 1.08 / 1.44), KL $k_3$ 0.014 / 0.021, about 11-14 times FP8 alone. Only 0.2% / 0.7% of *tokens*
-#   fall outside [0.5, 5], but 38% / 42% of *sequences* do (37% / 38% below 0.5; mean log R
-#   −0.36 / −0.41, standard deviation 0.85 / 1.05): a sequence-level MIS with the product ratio would drop
-#   about two sequences in five, token-level MIS almost nothing, and GSPO's geometric mean none.
-# - **vLLM bf16** (in-process engine, bf16 weights, activations and KV cache): mean $|\Delta|$
-#   0.0081 / 0.0091 (median 0.0063 / 0.0061, p99 0.031 / 0.046, max 0.069 / 0.068), KL $k_3$ 5.8e-5 /
-#   8.9e-5: a real bf16-rounding mismatch, 10^4 times torch bf16's, but a quarter of FP8's in
-#   $|\Delta|$ and a twentieth in KL. No token or sequence leaves the MIS band (standard deviation of
-#   log R 0.052 / 0.066). Its verified push measured 0.0093 on the probe text, the same level as on
-#   the task. (The previous run of this notebook, on an AMD EPYC with AVX2 only, measured 0.0098 /
-#   0.011 and 8.8e-5 / 1.4e-4: another CPU, other bf16 kernels.)
-# - **vLLM fp8_kv** (bf16 weights, vLLM's FP8 KV cache: measured on this CPU, which has AVX-512 and
-#   AMX; an AVX2-only CPU cannot run it): mean $|\Delta|$ 0.064 / 0.070 (median 0.043 / 0.038, p99
-#   0.32 / 0.44, max 0.66 / 0.84), KL $k_3$ 4.5e-3 / 6.7e-3: 8x vLLM bf16 in $|\Delta|$, and twice
-#   the emulated FP8 W8A8 of the experiments. 10% / 16% of sequences leave the MIS band (all below
-#   0.5). Its verified push measured 0.057 on the probe (allowance 0.1). It is 3x the torch sampler's
-#   emulated FP8 e4m3 KV cache alone (section 5: 0.021 / 4.6e-4); why vLLM's CPU FP8 cache rounds
-#   harder than an e4m3 round trip with scale 1.0 is not investigated here. vLLM fp8 (FP8 weights)
-#   needs a GPU.
-# - **Head mass and the head bound.** $\sum_H q$ is 0.85 / 0.97 for every sampler, and $\sum_H p$
-#   differs from it by at most 3e-4 on average (2.5e-3 for vLLM fp8_kv at T = 1): the top-128 head
-#   covers the same mass for both. The head lower bound on KL recovers 85% to 100% of the sampled $k_3$
-#   estimate (1.0e-3 of 1.2e-3 for FP8, 0.0123 of 0.0136 with σ = 0.1, 4.1e-3 of 4.5e-3 for vLLM
-#   fp8_kv at T = 1); the $k_1$ estimate is the noisiest (vLLM bf16 at T = 0.7: 7.6e-4 against $k_3$
-#   8.9e-5).
-# - **Time** (the most machine-bound number here; the mismatches above move slightly by CPU too).
-#   Generating the 128 completions with top-128 log-probs took 0.6 to 0.9 s for each torch sampler (3300-4900 tokens/s) and 0.5 s for
-#   vLLM (about 6000 tokens/s, bf16 or fp8_kv), after 0.4-5 s of engine start and verified push. On this
-#   CPU (AMX) vLLM is the faster sampler; on an AVX2-only AMD EPYC it was the slower one (330 tokens/s).
-# - **Severity as real numerics** (section 5, T = 1; mean $|\Delta|$ / KL $k_3$, float32 KV cache →
-#   FP8 KV cache): bf16 7.4e-7 / 5e-13 → 0.021 / 4.6e-4; int8 0.0061 / 3.7e-5 → 0.022 / 5.2e-4;
-#   int8 W8A8 0.017 / 2.7e-4 → 0.026 / 7.0e-4; fp8 (e4m3 W8A8) 0.035 / 1.2e-3 → 0.041 / 1.7e-3;
-#   fp8 e5m2 0.067 / 4.5e-3 → 0.069 / 4.8e-3; int4 group 32 0.077 / 6.6e-3 → 0.081 / 7.3e-3;
-#   int4 group 128 0.090 / 8.6e-3 → 0.090 / 8.5e-3. Weight noise on bf16: σ = 0.02 0.024 / 5.3e-4,
-#   σ = 0.05 0.060 / 3.3e-3, σ = 0.1 0.119 / 0.013.
-#   - The real formats span 15x in $|\Delta|$ and 230x in KL. The harshest, int4 with groups of 128,
-#     sits between σ = 0.05 and σ = 0.1 and has two thirds of the KL of the σ = 0.1 arms of
-#     notebook 02 (fp8 + σ 0.1: 0.122 / 0.014); fp8 W8A8 (the experiments' format) is about σ = 0.03.
-#     With int4 g128, 23% of sequences leave the MIS band [0.5, 5] (0.1% of tokens).
-#   - The FP8 KV cache alone costs 0.021 / 4.6e-4: 3.4x the $|\Delta|$ and 12x the KL of int8
-#     weights, more than int8 W8A8, 60% of fp8 W8A8's $|\Delta|$. On top of a coarser format it
-#     adds little (int4 g128: nothing visible); the errors add roughly in quadrature.
-#   - Panel (c): for the weight-only formats the weight error predicts the mismatch, mean
-#     $|\Delta| \approx 0.83\times$ the relative weight error for int8, int4 g32 and int4 g128 (15x
-#     apart). The W8A8 formats sit above that line, since they round activations too: int8 W8A8 has
-#     int8's weights and 2.7x its $|\Delta|$, fp8 and e5m2 are at 1.3x their weight error. σ noise
-#     is at 1.2x, as it perturbs the embeddings and the LM head as well.
-#   - int4 group 32 against group 128: 14% less weight error, and here 15% less $|\Delta|$ and 23%
-#     less KL. That gap is not robust at this size: in side measurements (teacher-forced on the same
-#     tokens, three sets of 16 prompts; not in the JSON) group 32 came out from 5% below to 11%
-#     above group 128, while Gaussian weight noise of the same two sizes separated by 14% every time.
-#     `tests/test_quant.py` asserts no order between them.
-# - **What this does not show.** One seed, one batch per setting, step-0 weights (the mismatch during
-#   training, as weights move, is logged per step in `metrics.jsonl` by notebook 02); the
-#   out-of-band shares of a few percent rest on a handful of sequences. The formats are emulations
-#   (dequantized operands in float32, bf16 outputs), not vLLM's kernels; the FP8 KV cache uses
-#   vLLM's scale 1.0 for a checkpoint without calibrated scales.
+# - **torch bf16 is the trainer.** Its differences are float32 round-off (mean $|\Delta|$ 7.4e-7): the embedded
+#   checkpoint is stored in bf16, so notebook 02's bf16 reference arm has no mismatch at step 0 (it appears as
+#   training moves the float32 weights off the bf16 grid).
+# - **FP8 W8A8, the experiments' format**: KL ($k_3$) 1.2e-3 per token, in line with notebook 03's full-vocabulary
+#   KL; no token leaves the MIS band [0.5, 5].
+# - **FP8 + σ 0.1, notebook 02's arms**: KL 0.014, about 11 times FP8 alone. Only 0.2% of *tokens* leave the MIS
+#   band, but 38% of *sequences* do: a sequence-level MIS on the product ratio would drop about two sequences in
+#   five, token-level MIS almost nothing, GSPO's geometric mean none.
+# - **vLLM.** In bf16 it has a real rounding mismatch: a mean $|\Delta|$ about ten thousand times torch bf16's, a KL
+#   of 5.8e-5, a twentieth of FP8's. With its FP8 KV cache (this CPU has AVX-512 and AMX; an AVX2-only CPU cannot run
+#   it) the KL is 4.5e-3, and the mean $|\Delta|$ about twice the emulated FP8 W8A8's and three times the torch
+#   sampler's emulated FP8 KV cache alone (why vLLM's cache rounds harder is not investigated here). vLLM's FP8
+#   weights need a GPU.
+# - **The head.** $\sum_H q$ is 0.85 at T = 1 for every sampler, and $\sum_H p$ differs from it by at most 3e-4 on average:
+#   the top-128 head covers the same mass for both; its lower bound on KL recovers 85% to 100% of the sampled $k_3$.
+# - **Severity as real numerics** (section 5): the real formats span more than two orders of magnitude in KL, from
+#   int8 weights to int4 with groups of 128, whose KL is two thirds of the σ 0.1 arms'; FP8 W8A8 sits at about 3%
+#   weight noise. The FP8 KV cache alone costs more than int8 W8A8 does, and on a coarser format it adds little
+#   (the errors add roughly in quadrature). For the weight-only formats the weight error predicts the mismatch; the
+#   W8A8 formats sit above that line, since they round activations too. int4 with groups of 32 against 128 is not
+#   robust at this size (in side measurements not in the JSON, group 32 came out from 5% below to 11% above).
+# - **Time** (the most machine-bound number here): generating the 128 completions took under a second per torch
+#   sampler and for vLLM on this CPU (AMX), after a few seconds of engine start; on an AVX2-only AMD EPYC vLLM was
+#   the slower sampler.
+# - **What this does not show.** One seed, one batch per setting, step-0 weights (notebook 02 logs the mismatch
+#   during training in `metrics.jsonl`); out-of-band shares of a few percent rest on a handful of sequences; the
+#   formats are emulations (dequantized operands in float32), not vLLM's kernels; the FP8 KV cache uses vLLM's
+#   unit scale for a checkpoint without calibrated scales.
