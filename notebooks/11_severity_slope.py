@@ -209,38 +209,23 @@ print(f"saved {figures_dir}/11_severity_slope.png and .json")
 # %% [markdown]
 # ## What the measurement shows
 #
-# Written after the `make reproduce-full` run whose outputs are above (2 CPU cores, an AMD EPYC with AVX-512, no
-# AMX). The same notebook, code and seeds ran earlier on an Intel Xeon with AVX-512/AMX (commit 9166e6e,
-# `figures/replicates/xeon_amx/11_severity_slope.json`) and on an AVX2-only AMD EPYC (commit a7d47b5,
-# `figures/replicates/epyc_avx2/11_severity_slope.json`): none of the 75 runs ended at the same reward on two of
-# them, so the three runs are replicates, not copies, and all three are quoted (here, then the Xeon, then the AVX2
-# EPYC).
+# Written after the `make reproduce-full` run above (2 CPU cores, an AMD EPYC with AVX-512, no AMX). The same code and
+# seeds also ran on an Intel Xeon with AVX-512/AMX and on an AVX2-only AMD EPYC (`figures/replicates/`): none of the
+# 75 runs ended at the same reward on two of them, so the three runs are replicates, which the verdict page pools (a
+# seed is one unit with its own slope; Holm within this notebook's two declared slopes). **The figure above is this
+# run's alone**: its slopes, +0.20 for SC − plain and +0.08 for SC − MIS, are one CPU model's. The claim rows, as the
+# verdict page prints them:
 #
-# * **SC − plain: the slope holds on all three CPUs.** Per tenfold run-mean KL, +0.20 ± 0.11 here (Holm p 0.002;
-#   every seed's own slope positive, +0.20 ± 0.09), +0.18 ± 0.11 on the Xeon and +0.25 ± 0.12 on the AVX2 EPYC.
-#   Plain loses more reward the larger the mismatch (0.36 at FP8 alone, 0.06 at σ 0.2 here); SC stays at
-#   0.27-0.37 at every rung. Under `docs/verdict.md`'s inference rule (each seed's own slope, a seed the mean of
-#   its runs on the three CPU models, Holm within this notebook's two declared slopes) it is **reproduced**:
-#   pooled over three CPU models (5 seeds), +0.21 ± 0.06 per tenfold KL (one-sided p < 0.001, Holm p < 0.001;
-#   heterogeneity p 0.828).
-# * **SC − MIS: the slope is not decided.** +0.08 ± 0.10 here (Holm p 0.13; per-seed slopes −0.12 to +0.18),
-#   +0.03 ± 0.12 on the Xeon (Holm p 0.64) and +0.17 ± 0.10 on the AVX2 EPYC (Holm p 0.003). On the AVX2 EPYC
-#   and here it rests mostly on FP8 + σ 0.2, where MIS falls (0.22 ± 0.13 here, SC − MIS +0.15 ± 0.10); on the
-#   Xeon MIS at σ 0.2 ended at 0.32 ± 0.13, level with SC. The rule pools the three rather than asking each to
-#   pass: pooled over three CPU models (5 seeds), each seed's own slope gives +0.09 ± 0.13 per tenfold KL
-#   (one-sided p 0.066, Holm p 0.066; heterogeneity p 0.178): **not decided**, and about 13 seeds would decide it
-#   at 80% power. Pooled, SC − MIS at σ 0.2 is +0.13 ± 0.13, with the replicates differing (heterogeneity
-#   p 0.020).
-# * **Per rung** (descriptive, as this notebook declared them; 5 seeds, here): at FP8 alone no arm is told from
-#   another (SC − plain +0.00 ± 0.19); from FP8 + σ 0.05 on plain falls (0.23, 0.08, 0.06) while MIS and SC
-#   mostly hold (0.22-0.38). Here SC − plain's 95% interval excludes 0 at σ 0.1 and σ 0.2 (+0.26 ± 0.13,
-#   +0.30 ± 0.11), not at the real int4 g128 format (+0.11 ± 0.30); pooled over the three CPU models int4 g128
-#   gives +0.13 ± 0.08 (+0.11 ± 0.30 here, +0.22 ± 0.06 on the Xeon, +0.05 ± 0.16 on the AVX2 EPYC;
-#   heterogeneity p 0.370).
-# * **The ladder's no-mismatch reference.** This notebook runs notebook 02's configuration (its σ 0.1 rung is
-#   02's seeds 0-4), so 02's bf16 runs of the same seeds are its reference (`docs/verdict.md`, an exploratory
-#   family of one contrast per rung). Pooled over three CPU models (5 seeds), plain − bf16 is −0.00 ± 0.09 at
-#   FP8 alone (not decided: no cost seen) and −0.15 ± 0.14 at int4 g128 (Holm p 0.034: a cost, exploratory).
-# * **Read with the ladder.** The KL axis is the run-mean KL, which falls as the policy sharpens (46-50% of
-#   the step-0 KL here); FP8 + σ 0.1 trains under about 13× the KL of FP8 alone. A slope over five rungs says how
-#   the edge moves over this range, not how it scales beyond σ 0.2 or at the sizes and formats of a real model.
+# > * SC's edge over plain grows with the mismatch: slope +0.21 ± 0.06 per tenfold KL (Holm p < 0.001;
+# >   heterogeneity p 0.828), **reproduced**.
+# > * SC's edge over MIS grows with the mismatch: slope +0.09 ± 0.13 per tenfold KL (Holm p 0.066), not decided;
+# >   about 13 seeds would decide it at 80% power.
+#
+# * **What moves**: plain loses more reward the larger the mismatch (it ends at 0.36 under FP8 alone and 0.06 at
+#   σ 0.2 here) while SC holds at every rung; SC's edge over MIS rests mostly on σ 0.2, where MIS falls on two of the
+#   three CPU models.
+# * **The ladder's no-mismatch reference** (notebook 02's bf16 runs of the same seeds; exploratory): plain − bf16 is
+#   −0.00 ± 0.09 under FP8 alone, no cost seen, and −0.15 ± 0.14 at int4 g128, a cost.
+# * **Read with the ladder**: the KL axis is the run-mean KL, which falls as the policy sharpens; a slope over five
+#   rungs says how the edge moves over this range, not how it scales beyond σ 0.2 or at the sizes and formats of a
+#   real model.
