@@ -365,48 +365,22 @@ print(f"saved {figures_dir}/08_prompt_offsets.png and {figures_dir}/08_prompt_of
 # %% [markdown]
 # ## What the measurements show
 #
-# Measured by `make reproduce-full`: part 1, 18 runs, 66.2 CPU-thread minutes of training (about 36 minutes on
-# two workers); part 2, 2 min 37 s. The outputs here are from an AMD EPYC with AVX-512, 2026-12-05: per-seed
-# numbers differ from the earlier run on a CPU with AMX, which float round-off in the sampler explains (the
-# README says which results hold where). Mean ± 95% over 3 paired seeds (part 1) or 8 prompts (part 2).
+# Measured by `make reproduce-full` on an AMD EPYC with AVX-512 (part 1, 18 runs; part 2, minutes). Per-seed numbers
+# differ from an earlier run on a CPU with AMX, as float round-off in the sampler makes them (README, "Which numbers
+# hold where"). Mean ± 95% over 3 paired seeds (part 1) or 8 prompts (part 2): exploratory, nothing here is a test.
 #
-# **Length drift: not detected, because the reward drives every arm to the budget.** Under both rewards the
-# trainer's own completions grow from about 64 tokens to within a few tokens of the 96-token cap in every arm,
-# the no-mismatch reference included, and end there (final lengths 93.2-95.8, every paired difference to the
-# reference within ±1.03 tokens, intervals ±6.8 or less). Longer completions hold more distinct names and earn
-# more, so the reward pushes EOS down in every arm; even names target 4, meant to leave length free, pays for it
-# (the starting policy earns 0.68 of it, and longer completions earn the rest). A drift would have to show as
-# speed, and plain is the fastest arm under both rewards: with names target 4 it is at the cap after 10 updates
-# in all 3 seeds (96.0, 96.0, 95.4 tokens, against 87.7-90.2 for the reference and 86.9-94.7 for SC). The
-# run-mean paired differences: plain − reference +1.9 ± 3.1 tokens, SC − reference +1.0 ± 4.3 (target 4);
-# +2.2 ± 1.5 (p 0.024) and −1.1 ± 4.1 (target 24). One of the four intervals excludes 0, at 3 seeds, two-sided
-# and uncorrected: descriptive, not a test. Nor does plain's speed look like an EOS drift: its reward collapses
-# at the same time (target 4, seed 1: clean reward 0.000 at 96 tokens after 10 updates), and the mismatch gives
-# an EOS drift little to work with and the wrong sign for it. The FP8 + σ sampler's EOS probability per token is
-# 0.01241 against the trainer's 0.01227: an absolute difference of +0.00014 ± 0.00021 (consistent with 0), or
-# +3.8 ± 1.2% as a mean of per-token ratios (slightly *more* EOS in the sampler, which with A > 0 would pull
-# plain toward *shorter* completions, not the longer ones it reaches). The drift's push on EOS's logit is at
-# most about 4e-4 · A per token, against a reward that pays for length directly. Seeing a length drift needs a
-# task whose reward does not pay for length; this one cannot show it (notebook 14 builds that test).
-#
-# **The reward cost is large at this budget.** Plain FP8 collapses: final clean reward 0.020 ± 0.059 (target
-# 24) against the reference's 0.364 ± 0.304, and SC recovers it (0.410 ± 0.227): SC − plain +0.39 ± 0.19,
-# paired, an interval well above 0 (target 4: +0.61 ± 0.30). Notebook 02's SC − plain is
-# +0.239 ± 0.045 (its three CPU models' replicates pooled, the verdict page), but it differs in more than the
-# budget (24 tokens, names target 12, 100 steps, 12 seeds on each of three CPU models), so the larger gap here is
-# not attributable to length alone.
-#
-# **Per-prompt offsets: centering removes them, and they are large here.** On the starting policy with the
-# FP8 + σ = 0.1 sampler (24-token completions, names target 12), a unit offset on a prompt's rewards adds an
-# expected update of norm 0.34 [0.21, 0.43] to the plain loss (the direct, noisy estimate) and 0.319 [0.274,
-# 0.357] through the drift term alone (plain − exact centering, a difference of the same samples with far less
-# noise). With either centering the direct estimate is 0 [0, 0.18]: consistent with zero, but too noisy alone to
-# show that the offset response is below the signal; the differences do: the top-128 estimator leaves 0.024
-# [0.018, 0.029] of the drift term (8%; its tail is ρ times the trainer's tail, not the sampler's). The signal a
-# prompt carries is 0.048 [0.037, 0.058], the same with and without centering. So a unit offset moves the plain
-# update 6.6 times as much as the signal does. Under raw rewards every prompt's baseline b(x) (0.10-0.12 here)
-# is such an offset: its part of the raw update, b(x) times that prompt's drift term (0.22-0.40, 0.32 on
-# average), is 0.024-0.044 per prompt, about 70% of the signal's norm (right panel). That is what
-# "centering removes per-prompt offsets" means and measures to here: in expectation, and only where there is
-# a mismatch (with the bf16 sampler the drift term is 0.0000: there is no offset response to remove), with the
-# rest of the offset left as zero-mean noise.
+# * **Length drift: not detected, because the reward drives every arm to the budget.** Under both rewards every
+#   arm's completions grow from about 64 tokens to within a few tokens of the 96-token cap, the no-mismatch
+#   reference included: longer completions hold more distinct names and earn more, so the reward itself pushes EOS
+#   down. Plain gets there fastest, but its reward collapses at the same time, and the sampler's EOS probability is
+#   slightly *above* the trainer's, which would pull plain toward *shorter* completions. This task cannot show a
+#   length drift; notebook 14 builds one that can.
+# * **The reward cost is large at this budget.** Plain FP8 collapses (final clean reward 0.020 ± 0.059, names target
+#   24, against the reference's 0.364 ± 0.304), and SC recovers it: SC − plain +0.39 ± 0.19, paired. Notebook 02's
+#   setting differs in more than the budget, so the larger gap here is not attributable to length alone.
+# * **Per-prompt offsets: centering removes them, and they are large here.** On the starting policy with the
+#   FP8 + σ 0.1 sampler, a unit offset on a prompt's rewards adds an expected update of norm 0.319 through the drift
+#   term, 6.6 times the signal a prompt carries; the top-128 estimator leaves 8% of it. Under raw rewards every
+#   prompt's baseline is such an offset, and its part of the raw update is about 70% of the signal's norm (right
+#   panel). That is what "centering removes per-prompt offsets" means here: in expectation, and only where there is
+#   a mismatch (with the bf16 sampler the drift term is 0), the rest of the offset left as zero-mean noise.
