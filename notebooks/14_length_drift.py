@@ -676,56 +676,27 @@ print(f"wrote {figures_dir}/14_length_drift_iterated.{{png,json}}")
 # %% [markdown]
 # ## What we saw
 #
-# Written from the full-size runs (`make reproduce-full`'s parameters, an AMD EPYC with AVX-512, 2 cores): the
-# prediction, the 3-seed pilot and, under the amendment in section 4, no paired runs (the first design); then the
-# second design's 24 iterated runs (section 6), which decide the verdict's C7 row.
+# Written from the full-size runs (`make reproduce-full`'s parameters, an AMD EPYC with AVX-512, 2 cores): the first
+# design's prediction and 3-seed pilot (under the amendment in section 4, no paired runs), then the second design's
+# 24 iterated runs (section 6), which give the verdict's C7 row. The claim row, as the verdict page prints it:
 #
-# * **The prediction reproduced the pre-registration's numbers**: one exact drift step raises the trainer's mean
-#   log p(EOS) over the 2,221 held-out prefixes by +0.0030 nats under plain and +0.0010 under SC (k = 128), so the
-#   naive 60-step effect is Δ = +0.124 nats (plain +0.183, SC +0.059), and the hazard-implied length moves by
-#   about −0.2 tokens in both.
-# * **The primary is not decided, and this design cannot decide it.** Over 60 steps the mean log p(EOS) moved by
-#   about a nat in either direction in both arms (plain +1.06, +1.19, −0.10; SC +0.46, −0.14, +0.90 for seeds
-#   1400-1402), ten times the predicted drift: the pilot's sd of plain − SC is 1.20 nats against Δ = +0.124, and
-#   the declared formula asks for 979 seeds. The cap would have run 40, which could neither exclude 0 at Δ nor
-#   fit inside the ± 0.062 "no drift" band, so the paired runs were not run (the amendment, declared after the
-#   pilot and before any paired run).
-# * **Why: under a constant reward the sampled-token noise, not the drift, moves the length.** With A = +0.15 on
-#   every token and no baseline, each update raises the log-probability of whatever was sampled. Its expectation
-#   on-policy is zero, but a step's sampling noise is not, and it is pushed the same way every step: the runs'
-#   completion lengths wander to an end of the range. The last clean evaluation's mean length was 91.3, 1.0 and
-#   95.2 tokens for plain and 56.1, 72.8 and 1.0 for SC (budget 96, 58.4 at the start by the hazard). Four of the
-#   six runs ended at one token or near the budget. That walk is the same in a run with no mismatch; the drift
-#   that the article's claim C7 is about is a small, steady push underneath it.
-# * **What would decide C7 here**: a measurement without the walk. Either the expected update iterated exactly
-#   (section 2's drift step, repeated from the policy it produces, with no sampled tokens), or the one-step drift
-#   measured on fixed prefixes along real runs rather than the end state. The first became the second design.
+# > A mismatched sampler drifts the completion length, and SC removes it (plain − SC in Δ log p(EOS)): −0.26 ± 0.62
+# > nats (8 seeds, iterated drift), not decided: the sign of plain's push follows each seed's noise draw, so this
+# > design cannot decide a signed claim; exploratory, SC's |Δ log p(EOS)| is 13.5% of plain's, smaller at 8 of 8 seeds.
 #
-# **The second design (section 6: the drift alone, iterated; 8 paired seeds, 60 updates).**
-#
-# * **The primary is not decided, and the prediction failed.** Plain − SC in the change of mean log p(EOS) is
-#   −0.256 ± 0.617 nats (3 of 8 seeds above 0; p 0.36), against the predicted +0.06 to +0.25 with every seed
-#   above 0. At the observed sd, 66 seeds would decide it, and the mean is on the side the claim does not
-#   predict. Secondaries (Holm over two): plain − bf16 −0.335 ± 0.679, SC − bf16 −0.080 ± 0.087 (Holm p 0.134);
-#   neither is decided.
-# * **Why, as we read it after the fact (an explanation, not a tested hypothesis): the drift is large, but its
-#   direction is set by the sampler's noise draw.** Each seed draws its own
-#   weight noise, and with it its own mismatch. Plain's mean log p(EOS) moved +0.81, −0.36, −1.23, −0.93, −0.45,
-#   +0.57, +0.23 and −1.33 nats (seeds 1460-1467). The one-update prediction came from one draw (seed 0), where
-#   the push was toward EOS; at five of these eight draws it was away from EOS. So "the mismatch shortens
-#   completions" is not a property of this sampler family; a push of either sign is.
-# * **The bf16 reference does not move, and here it cannot.** The checkpoint is stored in bf16, so the bf16
-#   sampler is the trainer itself (exactly on-policy): its change is +0.0000 ± 0.0000 nats, and plain − bf16 is
-#   plain's own change. Every movement above is the FP8 + noise mismatch. The pre-registration's ± 0.03 nats for
-#   bf16 rounding did not know this.
-# * **SC leaves a residual about a seventh of plain's** (exploratory: this comparison was not pre-registered). SC's
-#   changes were +0.03, −0.14, −0.07, −0.09, −0.19, +0.01, +0.04 and −0.24 nats. Their size is smaller than
-#   plain's at all 8 seeds: on average 0.10 against 0.74 nats.
-# * **Plain's length moved, SC's hardly.** Plain's hazard-implied length changed by −5.1 ± 18.7 tokens. Seed 1460
-#   ran away: by update 10 every held-out trajectory ended at its first token (hazard-implied length 1.0, from
-#   58.4). A diagnostic of that run, one update at a time and outside this notebook, saw why. As EOS rose, the
-#   sampler's rollouts shrank to one token each within 8 updates. The per-token mean then put each update on the
-#   few early prefixes left, and the update's norm grew about 17-fold. SC's length changed by +0.4 ± 0.9 tokens.
-# * **C7's row**: not decided. The signed claim (the mismatch lengthens or shortens, and SC removes that) cannot be
-#   told at 8 seeds, because the sign varies with the mismatch. What this experiment shows is a drift of either
-#   sign that plain accumulates and SC mostly removes, and that comparison is exploratory here.
+# * **The first design could not decide it.** Under a constant reward every update raises the log-probability of
+#   whatever was sampled, and the runs' lengths wander to an end of the range whether or not there is a mismatch:
+#   over 60 steps the mean log p(EOS) moved by about a nat either way, ten times the predicted drift, and the
+#   declared formula asked for 979 seeds. The paired runs were not run (the amendment, declared before any of them).
+# * **The second design iterates the exact expected update** (no sampled tokens, so no walk). The prediction failed:
+#   plain − SC is −0.256 ± 0.617 nats, 3 of 8 seeds above 0, against a predicted positive effect at every seed.
+#   Why, as we read it after the fact: each seed draws its own weight noise and with it its own mismatch, and the
+#   drift's push on EOS takes its sign from that draw (toward EOS at seed 0, where the prediction came from; away
+#   from it at five of these eight). "The mismatch shortens completions" is not a property of this sampler family;
+#   a push of either sign is.
+# * **The bf16 reference does not move, and cannot**: the checkpoint is stored in bf16, so that sampler is the
+#   trainer itself; every movement is the FP8 + noise mismatch.
+# * **SC leaves a residual about a seventh of plain's**, smaller at all 8 seeds, and plain's hazard-implied length
+#   moved by −5.1 ± 18.7 tokens (one seed ran away to one-token completions) against SC's +0.4 ± 0.9. What this
+#   experiment shows is a drift of either sign that plain accumulates and SC mostly removes; that comparison is
+#   exploratory here.
