@@ -480,42 +480,22 @@ print(f"notebook run time (after imports): {time.perf_counter() - t_start:.1f} s
 # %% [markdown]
 # ## What we saw
 #
-# Numbers from the `make reproduce` run (32 prompts × 24 tokens, about 740 positions per setting, seed 0, one
-# batch of rollouts per setting; `figures/03_topk_estimator.json`). The tables printed above are the
-# source of truth for your own run.
+# From the `make reproduce` run (32 prompts × 24 tokens, about 740 positions per setting, seed 0, one batch per
+# setting; `figures/03_topk_estimator.json`). The tables printed above hold every number, per k, σ and temperature;
+# the few quoted here are at k = 128, T = 1, FP8 + σ 0.1 unless said.
 #
-# - **The mismatch.** FP8 rounding alone (σ = 0) gives a mean per-position TV(q, p) of 0.017 at
-#   T = 1; σ = 0.1 gives 0.060. At T = 0.7: 0.018 and 0.066.
-# - **Head mass.** The embedded model is high-entropy (3.7 nats at T = 1): on average the top-1
-#   token holds 0.31 / 0.31 of q (σ = 0 / 0.1), top-32 0.72 / 0.72 and top-128 0.86 / 0.86, with a
-#   10th percentile of 0.72 at k = 128. At T = 0.7 top-32 holds 0.89 / 0.91 and top-128 0.97 (10th percentile
-#   0.90 / 0.92). Where the tail is modeled, the mean ρ stays between 1.00 and 1.07: sampler and
-#   trainer agree on how much mass the tail has, and differ in how they spread it. At T = 0.7 and
-#   k = 1024, 12% (σ = 0) and 15% (σ = 0.1) of positions have a tail under $10^{-5}$, which the
-#   estimator (like `scrl_min`) treats as zero.
-# - **Drift error in logit space.** Relative L1 error at k = 32 / 128: 0.29 / 0.14 (σ = 0, T = 1),
-#   0.29 / 0.14 (σ = 0.1, T = 1), 0.12 / 0.038 (both σ, T = 0.7); it reaches 0.01 only at
-#   k = 1024 for T = 1, and 0.005-0.006 at k = 512 for T = 0.7. The error is close to the unseen mass
-#   $1 - Q_H$ (σ = 0.1, T = 1, k = 128: error 0.142, tail mass 0.143), because the tail-shape mismatch
-#   $\mathrm{TV}(\tilde q_T, \tilde p_T)$ is about the whole-distribution mismatch (0.059 against 0.060):
-#   the FP8 + noise mismatch is spread evenly over the vocabulary. **What surprised us:** so the
-#   *relative* error hardly depends on σ at all (0.139 against 0.142 at k = 128, T = 1); it is set by
-#   the head mass, i.e. by the temperature and the model's entropy, not by how large the mismatch is.
-#   L2 errors are smaller (0.044 / 0.046 at k = 128, T = 1): the largest drift components sit in
-#   the head, where the estimate is exact.
-# - **Drift gradient in parameter space** (`scrl_min.score_centered_pg_loss` against full-vocabulary
-#   autograd). Relative error at k = 32 / 128: 0.18 / 0.084 (σ = 0, T = 1), 0.17 / 0.068
-#   (σ = 0.1, T = 1), 0.070 / 0.019 (σ = 0, T = 0.7), 0.049 / 0.011 (σ = 0.1, T = 0.7): smaller than
-#   the per-position L1 error and close to the L2 one. At k = V the gradient is bit-for-bit the
-#   exact one, and the logit-space error is float64 round-off (about $10^{-12}$ at most); `scrl_min`'s
-#   logit-space estimate matches the hand formula to $3\times10^{-6}$ (float32) at every k.
-# - **Why ρ matters.** Dropping the tail (ρ = 0) is worse than no centering at all (relative error
-#   above 1) for every k up to 512 at T = 1 with FP8 alone, and for k up to 256 with σ = 0.1: at
-#   k = 128 its logit-space error is 7.5 (σ = 0), 2.0 (σ = 0.1), 1.8 and 0.39 at T = 0.7; in parameter
-#   space 3.1, 0.95, 0.62 and 0.15. Its error is of the order of the unseen mass whatever the mismatch,
-#   so it is worst exactly when the mismatch is small.
-# - **What this does not show.** The paper reports that k = 32 trains as well as k = 128. Here k = 32
-#   estimates the drift about twice as badly as k = 128 at T = 1 (0.29 against 0.14 in logit space,
-#   0.17-0.18 against 0.068-0.084 in parameter space); whether that difference changes training is not measured
-#   in this notebook. One seed, one batch per setting, one 3.7M-parameter model: the error at a given
-#   k follows the head mass, so it depends on the model's entropy; no other model was measured.
+# - **The head.** The embedded model is high-entropy, so the top-128 head holds 0.86 of q on average (0.97 at
+#   T = 0.7). Where the tail is modeled, ρ stays near 1: sampler and trainer agree on how much mass the tail has and
+#   differ in how they spread it.
+# - **The drift's error is the unseen mass.** The relative L1 error of the estimated drift is 0.142 against a tail
+#   mass of 0.143, because the FP8 + noise mismatch is spread evenly over the vocabulary. **What surprised us:** the
+#   relative error hardly depends on σ; the head mass sets it (the temperature and the model's entropy), not the
+#   size of the mismatch. The largest drift components sit in the head, where the estimate is exact.
+# - **In parameter space** (`scrl_min.score_centered_pg_loss` against full-vocabulary autograd) the error is
+#   smaller, 0.068; at k = V the gradient is the exact one bit for bit.
+# - **Why ρ matters.** Dropping the tail (ρ = 0) is worse than no centering at all at k = 128 (a logit-space
+#   error of 2.0): its error is of the order of the unseen mass whatever the mismatch, so it is worst exactly when
+#   the mismatch is small.
+# - **What this does not show.** The paper reports that k = 32 trains as well as k = 128; here k = 32 estimates the
+#   drift about twice as badly, and whether that changes training is not measured. One seed, one batch per
+#   setting, one model: the error at a given k follows the head mass, so it depends on the model's entropy.
