@@ -301,47 +301,23 @@ saved["entropy_pull"] = dict(pull_prompts=pull_prompts, completions=len(pull_ids
 # %% [markdown]
 # ## What the measurement shows
 #
-# Measured by `make reproduce-full` (40 runs, 20-28 minutes on two workers by CPU; the outputs here from an AMD EPYC
-# with AVX-512, 2026-12-05: per-seed numbers differ from the earlier run on a CPU with AMX, which float round-off
-# sets on other paths, so only the rates below carry over). Final clean reward, mean ± 95% over 4 paired seeds.
+# Measured by `make reproduce-full` on an AMD EPYC with AVX-512 (40 runs). Per-seed numbers differ from an earlier run
+# on a CPU with AMX, as float round-off sets other paths, so only rates over seeds carry over. Exploratory: 4 paired
+# seeds per arm and learning rate.
 #
-# * **The puzzle does not replicate as stated.** Under the current trainer the no-mismatch reference collapses
-#   in 1 of 4 seeds at lr 0.5 and 0 of 4 at lr 0.25, and FP8 + SC in 1 of 4 and 0 of 4: the same rates
-#   (sc vs ref: one disagreement each way). The earlier observation (reference 2 of 3, SC 0 of 3) is within
-#   what such rates give by chance: at a rate of 1 in 4, 2 or more collapses in 3 seeds happen 16% of the time.
-# * **A collapse is an entropy collapse into a near-deterministic policy, and round-off-level differences
-#   reshuffle which seed has one.** In every collapsed run the trainer's entropy falls from about 3.8 nats per
-#   token to below 0.1 (in 5 of the 8, by step 10) and ends below 0.05 (7 of them below 0.01), with the clean
-#   reward at 0: a deterministic policy's score e_y − p is 0, whatever the advantage, so such states are sticky,
-#   though not absorbing: four runs that fell as low recovered (SC at lr 0.5, seed 3, final 0.747; the reference
-#   and SC at lr 0.25, seed 2, and SC at lr 0.25, seed 3), and two more ended just above the collapse threshold
-#   (0.083). `ref` and `ref_sc` (centering with nothing to remove: its term is zero up to round-off) start
-#   identical, yet their sampled rewards first differ at step 2 or 3 in every seed, and at lr 0.5 `ref` collapsed
-#   in seed 0 and `ref_sc` in seeds 0 and 3. One seed surviving is no evidence for an arm; only rates over seeds
-#   are.
-# * **What collapses most is plain FP8**: 3 of 4 at lr 0.5 and 1 of 4 at lr 0.25, 4 of 8 runs against 1 of 8 for
-#   ref and SC and 2 of 8 for ref_sc. Paired by (lr, seed), plain collapsed where SC did not 3 times and never the
-#   reverse; the exact sign test gives p = 0.250, so with 8 pairs this is suggestive, not established (the earlier
-#   run on another CPU: 5 of 8 against 1 of 8, p 0.125).
-# * **Learning rate**: at lr 0.25 no reference, ref_sc or SC run collapses (final 0.73-0.79), plain still does in
-#   1 of 4. Signed rewards, where they do not collapse, train far better than raw rewards here: the reference ends
-#   at 0.789 ± 0.051 (lr 0.25) against 0.492 ± 0.140 with raw rewards (`ref_raw`, paired −0.297 ± 0.166).
-#   `ref_raw` at lr 0.5 is notebook 02's bf16 configuration again (its seeds 0-3: 0.275, 0.508, 0.586, 0.337 here;
-#   notebook 02's committed runs ran on another CPU). Its gradient norm over the first 10 steps is 0.27 against
-#   0.65-1.32 for the signed arms: |A| ≈ 0.1 instead of ≈ 0.8.
-# * **Why plain may collapse more: the drift's pull on entropy**
-#   (docs/method.md, "Measuring drift and signal, and per-prompt offsets"). On the starting policy the FP8 + σ
-#   sampler is flatter than the trainer (H_q − H_p = +0.033 ± 0.007 nats per token), and a logit step along
-#   q − p raises the trainer's entropy (∇H · (q − p) = +0.0067 ± 0.0012 per unit A). With raw rewards (A ≈ +0.1)
-#   the drift's first-order pull on entropy is +0.0007 ± 0.0002 per token (per unit lr, in logit space): toward
-#   higher entropy. With signed rewards (A ≈ −0.8) it is −0.0053 ± 0.0010: 7.6 times larger and toward lower
-#   entropy, the direction of a collapse, while the signal's own pull (−0.0045 ± 0.0089) is not resolved. This
-#   is measured at the start of training, where most collapses begin (5 of the 8 by step 10); once a run's reward
-#   passes 0.5, A turns positive and the pull reverses. Score centering removes the drift's pull in expectation,
-#   which fits SC collapsing as often as the reference and less often than plain; with 8 pairs that fit is not a
-#   test.
-#
-# The answer to the puzzle, then: under signed rewards at lr 0.5 any run, mismatched or not, can fall into an
-# entropy collapse, and which seeds do is reshuffled by round-off-level differences. With A < 0 the FP8 drift
-# pushes the trainer away from the flatter sampler, toward a sharper policy, which may be why plain collapsed
-# more often (4 of 8 against 1 of 8, p = 0.250); centering removes that push in expectation.
+# * **The puzzle does not replicate as stated.** The no-mismatch reference and FP8 + SC collapse at the same rates
+#   (1 of 4 seeds at lr 0.5, none at lr 0.25, each); the earlier observation (reference 2 of 3, SC 0 of 3) is within
+#   what such rates give by chance.
+# * **A collapse is an entropy collapse into a near-deterministic policy**, and round-off-level differences reshuffle
+#   which seed has one: a deterministic policy's score is 0 whatever the advantage, so such states are sticky, not
+#   absorbing (four runs that fell as low recovered). One seed surviving is no evidence for an arm; only rates are.
+# * **Plain FP8 collapses most**: 4 of 8 runs against 1 of 8 for the reference and SC. Paired by learning rate and
+#   seed, plain collapsed where SC did not three times and never the reverse (exact sign test p = 0.250):
+#   suggestive, not established.
+# * **Signed rewards, where they do not collapse, train far better than raw rewards here**: at lr 0.25 the reference
+#   ends at 0.789 ± 0.051 against 0.492 ± 0.140 with raw rewards.
+# * **Why plain may collapse more** (measured at the start, not tested as a cause): the FP8 + σ sampler is flatter
+#   than the trainer, and with signed rewards (A ≈ −0.8) the drift's first-order pull on the trainer's entropy is
+#   −0.0053 ± 0.0010 per token, toward a sharper policy and 7.6 times the pull under raw rewards, which points the
+#   other way. Score centering removes that pull in expectation, which fits SC collapsing as often as the reference
+#   and less often than plain; with 8 pairs the fit is not a test.
