@@ -699,45 +699,30 @@ print(f"notebook run time (after imports): {time.perf_counter() - t_start:.1f} s
 # $\eta = 1$, 2000 steps). With other parameters the cells above print their own.
 #
 # - **Signal and drift (sections 2, 5).** At the uniform start the sampler's mismatch is small,
-#   $\mathrm{KL}(q\|p) = 0.024$ nats, yet the drift is already 27% of the signal
-#   ($\|\text{drift}\| = 0.046$, $\|\text{signal}\| = 0.173$). It points wherever the sampler
-#   over-samples, whatever the reward: the zero-reward token 5 ($\delta = +0.33$) gets $+0.029$ of drift.
-#   Added to the signal, the drift makes the plain update give *every* zero-reward token the same
-#   $-0.0739 = -\mathbb{E}_q[R]\,p_v$: the signal told them apart (−0.102, −0.053, −0.076), the plain
-#   update does not. The centered update equals the signal to float64 round-off ($10^{-17}$).
-# - **Lemma and $\mu = q - p$ (sections 3, 4)** hold to float64 round-off ($\le 4\times10^{-17}$), and
-#   adding a constant $b$ to the advantages moves the plain update by exactly $b\,\mu$ and the centered
-#   update not at all.
-# - **Importance weights (section 7).** At this mismatch every ratio $p_v/q_v$ lies in $[0.72, 1.38]$,
-#   so TIS and MIS are exact IS and leave no drift. At $3\times$ the drift norm is 0.125 without weights,
-#   0.021 with TIS and 0.062 with MIS; at $10\times$ 0.186, 0.044 and 0.048. Centering removes all of it
-#   (the centered update equals $\mathrm{Cov}_q(A, w s)$ for every weighting).
-# - **`scrl_min` (section 8).** Its exact expected gradient matches the from-scratch reference for
-#   none / IS / TIS / MIS / IcePop, with and without centering, at $k = V$ and $k = 3$, to at most
-#   $2\times10^{-8}$ (float32 coefficients); constant advantages give a zero update under every
-#   weighting; the hand example gives $\rho = 1$ and $c = [0.1, -0.1]$.
-# - **Training (section 9), mismatch $1\times\delta$.** Plain off-policy training ends at
-#   $\mathbb{E}_p[R] = 0.9000$: it collapses onto the near miss (token 4, $p = 0.998$, entropy 0.016
-#   nats), exactly the predicted $\arg\max_v R_v e^{\delta_v}$. Its reward never goes above 0.9: in
-#   this toy it heads straight for the near miss rather than rising and turning down, and from step 18
-#   on its update is more drift than signal. On-policy training ends at 0.9990 with entropy 1.407 (uniform
-#   over the four optimal tokens, $\log 4 = 1.386$, plus a little mass elsewhere). Score centering ends at
-#   0.9995: the right reward. TIS, MIS and their centered versions are exact IS here ($p/q$ stays within
-#   $[0.52, 1.92]$ at every step) and reproduce the on-policy run.
-# - **Mismatch $3\times\delta$.** Plain again ends on the near miss (0.8999). SC 0.9995, TIS 0.9990,
-#   TIS+SC 0.9990, MIS 0.9992, MIS+SC 0.9942 (still climbing at step 2000). The weighted arms keep
-#   entropy 1.32 to 1.44.
+#   $\mathrm{KL}(q\|p) = 0.024$ nats, yet the drift is already 27% of the signal, and it points wherever the
+#   sampler over-samples, whatever the reward. Added to the signal, it makes the plain update give *every*
+#   zero-reward token the same $-\mathbb{E}_q[R]\,p_v$, where the signal told them apart. The centered update equals
+#   the signal to float64 round-off.
+# - **Lemma and $\mu = q - p$ (sections 3, 4)** hold to float64 round-off, and adding a constant $b$ to the
+#   advantages moves the plain update by exactly $b\,\mu$ and the centered update not at all.
+# - **Importance weights (section 7).** At this mismatch every ratio $p_v/q_v$ lies inside TIS's cap and MIS's
+#   band, so both are exact IS and leave no drift; at 3 and 10 times the mismatch they leave some. Centering removes
+#   all of it (the centered update equals $\mathrm{Cov}_q(A, w s)$ for every weighting).
+# - **`scrl_min` (section 8)** matches the from-scratch reference for every weighting, with and without centering,
+#   at $k = V$ and $k = 3$, to float32 precision; constant advantages give a zero update under every weighting.
+# - **Training (section 9).** Plain off-policy training collapses onto the near miss: $\mathbb{E}_p[R] = 0.9000$,
+#   entropy 0.016 nats, exactly the predicted $\arg\max_v R_v e^{\delta_v}$. On-policy training ends at 0.9990,
+#   score centering at 0.9995: the right reward. TIS, MIS and their centered versions are exact IS here and
+#   reproduce the on-policy run; at 3 times the mismatch plain again ends on the near miss.
 #
 # **What surprised us, and the limits of this toy.**
-# Score centering fixes the *reward* but not the *entropy*: the SC run's entropy falls to 0.249 nats
-# ($1\times$) and 0.075 ($3\times$), onto token 3, the optimal token the sampler over-samples most. The
-# reason is in section 5: the centered update is $\mathrm{Cov}_q(A, s) = q \odot (R - \mathbb{E}_q[R])$,
-# a covariance *under the sampler*, so each optimal token is pushed in proportion to $q_v$, not $p_v$.
-# That push shrinks with $1 - \mathbb{E}_q[R]$, so SC collapses far more slowly than plain (0.249 against
-# 0.016), but it does collapse; the on-policy and the IS runs do not. In this toy IS looks strictly better
-# than centering, because every expectation is exact: the real price of IS, its variance with sampled
+# Score centering fixes the *reward* but not the *entropy*: the SC run's entropy falls to 0.249 nats, onto token
+# 3, the optimal token the sampler over-samples most. The reason is in section 5: the centered update is
+# $\mathrm{Cov}_q(A, s) = q \odot (R - \mathbb{E}_q[R])$, a covariance *under the sampler*, so each optimal token
+# is pushed in proportion to $q_v$, not $p_v$. That push shrinks with $1 - \mathbb{E}_q[R]$, so SC collapses far
+# more slowly than plain, but it does collapse; the on-policy and the IS runs do not. In this toy IS looks strictly
+# better than centering, because every expectation is exact: the real price of IS, its variance with sampled
 # tokens (large ratios in a 150k-token vocabulary), does not exist here. The drift also never turned a
-# *zero*-reward token into the fixed point: with raw rewards that would need $R_v e^{\delta_v}$ to beat
-# the optimal tokens, which a zero reward never does. The harm needs a near miss that the sampler
-# over-samples; set `near_miss_tilt = 0` to see plain training reach reward 1 but still collapse onto
-# one optimal token.
+# *zero*-reward token into the fixed point: with raw rewards that would need $R_v e^{\delta_v}$ to beat the optimal
+# tokens, which a zero reward never does. The harm needs a near miss that the sampler over-samples; set
+# `near_miss_tilt = 0` to see plain training reach reward 1 but still collapse onto one optimal token.
