@@ -445,47 +445,33 @@ print(f"saved {figures_dir}/07_staleness.png and {figures_dir}/07_staleness.json
 #
 # Read from `figures/07_staleness.json` under the pre-registration above (written after the run; the statuses are
 # the printed tables'). 10 paired seeds (1100-1109), 210 runs, all on one CPU kind (an AMD EPYC with AVX-512), so
-# no heterogeneity test applies.
+# no heterogeneity test applies. The claim rows (the AUC, SC + IS − IS per seed on average over the lags and IS
+# kinds, Holm over P1-P4):
 #
-# * **P1-P4: centering costs IS nothing under staleness, and adds nothing detectable.** SC + IS − IS on the AUC is
-#   −0.011 ± 0.026 under the paper's refresh schedule and −0.012 ± 0.017 under the constant lag: *non-inferior at
-#   −0.05* under both (P2 Holm p 0.012, P4 Holm p 0.001), while P1 and P3 are *not decided*, their means on the
-#   wrong side of 0, so no number of seeds at these estimates would decide them. That is what the pre-registration
-#   expected (within ±0.03 of 0, non-inferior). **The paper's claim that SC + IS beats IS under staleness is not
-#   reproduced here.** On the final clean reward (the secondary family) nothing is decided: −0.014 ± 0.046 and
-#   −0.008 ± 0.038 (non-inferiority Holm p 0.160 and 0.066; about 30 and 18 seeds would decide them).
+# > * P1, P3, centering helps IS under staleness: −0.011 ± 0.026 under the paper's refresh schedule, −0.012 ± 0.017
+# >   under a constant lag: not decided, the means on the wrong side of 0. **The paper's claim is not reproduced
+# >   here.**
+# > * P2, P4, centering costs IS nothing (non-inferior at the margin −0.05): **non-inferior** under both
+# >   (Holm p 0.012 and 0.001), as the pre-registration expected.
+#
+# * **The secondary (final clean reward)** decides nothing.
 # * **Staleness costs plain, under both schedules**: plain − reference −0.071 ± 0.030 (refresh) and −0.110 ± 0.026
-#   (constant lag) on the AUC, 10 of 10 seeds each, *reproduced*. As expected in sign and order (smaller under
-#   refresh, whose mean lag is half the constant one's); the constant lag's cost is at the edge of the −0.02 to
-#   −0.10 written beforehand. Every IS arm, with or without centering, stays near the reference (the figure's left
-#   panels).
+#   (constant lag) on the AUC, *reproduced*, smaller under refresh as expected; every IS arm, with or without
+#   centering, stays near the reference.
 # * **Exploratory, per cell (Holm over 8): at s = 4, adding centering to MIS costs a little.** SC+MIS − MIS is
 #   *contradicted* at s = 4 under the refresh schedule, −0.046 ± 0.024; under the constant lag, −0.026 ± 0.022
-#   leans the same way (1 of 10 seeds above 0 in each) but is not decided once the opposite tests carry their own
-#   Holm correction (the rule since 2026-12-06; it read *contradicted* before). No other cell is decided. No claim
-#   rests on one cell, but it is where the data lean, and they lean against the claim.
-# * **Why, as we read it (an explanation, not a tested hypothesis): the SC + IS arms train further from their
-#   sampler.** At s = 4 their median KL(q‖p) per token is about 2-3× the IS arms' (refresh: 4.7e-02 and 7.6e-02
-#   for SC+TIS and SC+MIS against 2.2e-02 and 2.5e-02; constant lag: 1.0e-01 and 1.3e-01 against 3.2e-02 and
-#   5.8e-02). TIS and MIS shrink the update where the ratio is far from 1; the centering term is not shrunk, so the
-#   policy moves away from a stale sampler faster, and MIS masks more of the next batch. The first design saw the
-#   same ordering of KLs inside an unstable optimizer; here it holds at a stable one.
-# * **Stability (descriptive, computed after the run, not pre-registered).** No run swung as the first design's
-#   did (with a one-step lag its trainer's entropy went between about 0.24 and 6.1 nats from step to step): the
-#   largest step-to-step change of the trainer's entropy within a run was 0.86-1.13 nats (the median over the runs
-#   of each schedule and lag) against 0.83 in the s = 0 reference, and 8 of the 200 stale runs ever rose more than
-#   half a nat above their starting entropy. The pre-registered check, each run's mean KL within 2× its median,
-#   turned out to be a poor one: it holds in 37 of 50 runs at s = 4 under the constant lag and 28 of 50 under
-#   refresh, in 20 of 50 at s = 1 under the constant lag, in none at s = 1 under refresh (there every other step
-#   has lag 0 and a KL of round-off, so the median sits near 0 by construction), and in 1 of 10 reference runs
-#   (KL round-off only).
+#   leans the same way but is not decided once the opposite tests carry their own Holm correction (the rule since
+#   2026-12-06; it read *contradicted* before). No claim rests on one cell, but that is where the data lean.
+# * **Why, as we read it (not a tested hypothesis): the SC + IS arms train further from their sampler.** At s = 4
+#   their median KL(q‖p) per token is about 2-3 times the IS arms' (the KL ladder above): TIS and MIS shrink the
+#   update where the ratio is far from 1, the centering term is not shrunk, so the policy moves away from a stale
+#   sampler faster.
+# * **Stability** (descriptive, after the run): no run swung as the first design's did, but the pre-registered
+#   check (each run's mean KL within 2 times its median) was not met in many runs, and plain at a constant lag of 1
+#   is where the first design's oscillation would show first: read it as unchecked, not as stability shown.
 #
-# **What it means.** With the optimizer stable and 10 fresh seeds, staleness costs uncorrected training 0.07-0.11
-# of AUC and importance sampling alone recovers it. Centering added to IS is non-inferior to IS within the ±0.05
-# margin, averaged over the lags and IS kinds, under either schedule; it is not better, and at a lag of 4 it is a
-# little worse than MIS alone (exploratory). The paper's staleness claim is about asynchronous runs of real models
-# with group-centred advantages; this is a bf16 sampler a few SGD steps behind a 3.7M-parameter policy with raw
-# rewards.
-#
-# The first design (lr 0.5, a constant lag, seeds 0-2, 63 runs; its figure and JSON are in commit 186722e) could
-# not tell SC + IS from IS either, with 3 seeds and an optimizer whose runs oscillated.
+# **What it means.** With a stable optimizer and 10 fresh seeds, staleness costs uncorrected training 0.07-0.11 of
+# AUC and importance sampling alone recovers it. Centering added to IS is non-inferior to IS within the margin,
+# on average over the lags and IS kinds, under either schedule; it is not better, and at a lag of 4 it is a little
+# worse than MIS alone (exploratory). The paper's staleness claim is about asynchronous runs of real models with
+# group-centred advantages; this is a bf16 sampler a few SGD steps behind a 3.7M-parameter policy with raw rewards.

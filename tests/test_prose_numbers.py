@@ -152,3 +152,14 @@ def test_suggest_writes_each_moved_number_as_the_prose_quotes_it(monkeypatch):
     data["d"].update(mean=-0.25, ci95=0.1071)
     data["sc"]["mean"] = 0.31
     assert [(old, new) for _, old, new, _ in pn.suggestions(lock)] == [("−0.190", "−0.250"), ("+0.213", "+0.310")]
+
+
+def test_the_prose_stays_within_its_budget_of_quoted_numbers():
+    """A closing section quotes its claim rows and a few other numbers; the rest lives in the JSON and on the verdict
+    page. All notebooks together: at most 250 quoted numbers (the lock's entries), at most 30 in any one notebook."""
+    import yaml
+
+    lock = yaml.safe_load((Path(__file__).resolve().parent.parent / "notebooks" / "prose_numbers.yaml").read_text())
+    counts = {nb: len(entries) for nb, entries in lock.items()}
+    assert sum(counts.values()) <= 250, counts
+    assert max(counts.values()) <= 30, {nb: n for nb, n in counts.items() if n > 30}
