@@ -257,18 +257,20 @@ print(f"saved {figures_dir}/06_regime_map.{{png,json}} and {figures_dir}/06_drif
 # "Which numbers hold where"), so the maps are this CPU model's. Three paired seeds per cell, and the 54 cells of the
 # two maps are one family: **no cell holds after Holm's correction** (every Holm-adjusted p is 1.00). Three cells
 # exclude 0 at the uncorrected 95% level, about what 54 tests give by chance at that level: they are framed in the
-# map as leads, not findings. Notebooks 02, 11, 13 and 16, with many more seeds, test these settings.
+# map as leads, not findings. Notebooks 02, 11 and 13, with many more seeds, test the raw-reward settings.
 #
 # * **Raw rewards: where the mismatch is larger, every correction leads.** Under FP8 + σ 0.1 plain nearly
 #   collapses (plain − reference −0.39 ± 0.50) and TIS, MIS, SC and SC+MIS all end above plain; under int4 g128
 #   SC − plain is SC's largest estimate, +0.27 ± 0.31, not resolved; under FP8 alone no cost to plain is detected
-#   (plain − reference −0.07 ± 0.37). No two corrections are told apart after correction.
+#   (plain − reference −0.07 ± 0.37). No two corrections are told apart beyond chance: compared paired, outside
+#   the Holm family, 3 of the map's 30 pairs exclude 0 uncorrected, about what chance gives.
 # * **TIS and MIS are the same runs under FP8 alone**: the ratio p/q stays within [0.57, 1.66] over all 100
 #   steps, inside TIS's cap and MIS's band, so neither changes a weight.
 # * **Group-centred advantages (the article's recipe): nothing separates** from the reference or from plain, for
 #   any arm. The drift at the first token is 0 by construction, and the per-token drift is 5 to 8 times smaller than
-#   under raw rewards for FP8 and int4, but nearly the same with σ 0.1 (0.0022 against 0.0023): notebooks 15 and
-#   16 measure that regime at the gradient and with 85 seeds.
+#   under raw rewards for FP8 and int4, but nearly the same with σ 0.1 (0.0022 against 0.0023). Notebook 15
+#   measures that regime at the gradient, and notebook 16 is pre-registered to train in it (FP8 + σ 0.2, results
+#   pending).
 # * **Does the drift/signal ratio predict where SC helps?** Three settings whose intervals all contain 0 do not
 #   establish it, and the importance-weighted arms follow the same pattern as SC, so the ratio does not single out
 #   centering.
