@@ -469,8 +469,11 @@ print(f"saved {figures_dir}/07_staleness.png and {figures_dir}/07_staleness.json
 # * **Stability** (descriptive, after the run): no run swung as the first design's did (the printed stability
 #   table). The pre-registered check, each run's mean KL within 2 times its median, fails in many runs for reasons
 #   that are not instability: under refresh at s = 1 every other step has lag 0 and a KL of round-off, so the median
-#   sits near 0 by construction, and the reference's KL is round-off only. As a check of stability it does not
-#   decide anything; read the runs as not seen to oscillate, not as shown stable.
+#   sits near 0 by construction, and the reference's KL is round-off only. As a check of stability it decides
+#   nothing. Post hoc (2026-12-06, from the run records' per-step entropy; not in the JSON): plain at a constant lag
+#   of 1 shows the first design's signature in small, its step-to-step entropy changes alternating in sign (lag-1
+#   autocorrelation −0.68, a sign flip at 77% of steps, against −0.16 and 56% in the reference). The stability the
+#   pre-registration expected is not met for that arm, though its swings are far smaller than the first design's.
 #
 # **What it means.** With a stable optimizer and 10 fresh seeds, staleness costs uncorrected training 0.07-0.11 of
 # AUC and importance sampling alone recovers it. Centering added to IS is non-inferior to IS within the margin,
