@@ -1410,7 +1410,7 @@ def blocks(rs=None) -> dict:
 
 def write_blocks(path: Path, made_: dict, kind: str = "verdict") -> None:
     """Replace each <!-- KIND:NAME --> block of the file at `path` by made_[NAME]; SystemExit when one is missing.
-    (scripts/results_table.py writes its `results` blocks with it too.)"""
+    """
     text_ = path.read_text()
     for name, text in made_.items():
         text_, n = re.subn(rf"<!-- {kind}:{name} -->\n(?:.*?\n)?<!-- /{kind}:{name} -->",

@@ -46,24 +46,6 @@ def test_readme_file_table_names_real_files():
             assert (REPO / q).exists(), f"README names {q}, which does not exist"
 
 
-def test_results_tables_are_the_committed_json():
-    """Every results table in docs/results.md is what scripts/results_table.py makes from figures/*.json."""
-    import sys
-
-    sys.path.insert(0, str(REPO / "scripts"))
-    import results_table
-
-    page = (REPO / "docs" / "results.md").read_text()
-    made = results_table.blocks()
-    assert "02" in made
-    for name, text in made.items():
-        assert f"<!-- results:{name} -->\n{text}\n<!-- /results:{name} -->" in page, (
-            f"docs/results.md's results:{name} table differs from figures/: run python scripts/results_table.py --write")
-
-
-# docs/verdict.md and README.md's verdict blocks against figures/ and the page's inference rule: tests/test_verdict.py
-
-
 def test_every_parameter_count_in_the_text_is_the_models():
     """'3.7M-parameter', '3.7M parameters', '/ 3.7M' in any tracked text is the embedded model's count, rounded to
     0.1M (it said 3.6M in two files while the model has 3,672,832)."""
