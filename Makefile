@@ -2,7 +2,8 @@
 #                  committed notebook outputs (with reproduce-full, the only commands that write them)
 # make reproduce-full  every other notebook: 02 (the headline, 12 seeds), 06-09 (regime map, staleness,
 #                  readers' questions, signed rewards), 10 (the gradient-level test), 11 (severity slope),
-#                  13 (confirmatory), 14 (length drift); hours; resumable, a bar over runs
+#                  13 (confirmatory), 14 (length drift), 15-16 (the article's regime: the gradient pilot, then
+#                  training with group-centred advantages); hours; resumable, a bar over runs
 # make test        set up .venv, run the tests: unit tests, nbval on notebooks 01 and 12 (outputs compared),
 #                  the pair-sync check, papermill smoke runs of every other notebook with the CI parameters; in
 #                  TEST_WORKERS (2) processes of one thread each; make test TEST_WORKERS=0 runs them in one
