@@ -7,7 +7,7 @@ The rule (docs/verdict.md, "The inference rule"), as this file applies it:
 
 1. every paired contrast the notebooks report (arm − arm in final clean reward, per seed) is one row;
 2. replicates of a notebook on other CPU models (figures/replicates/<cpu>/) are pooled: a seed is one unit, the mean
-   of its replicates (`pool_replicates`), and the replicates are compared paired by seed (`heterogeneity_p`);
+   of its replicates (`scrl_min.stats.pool_replicates`), and the replicates are compared paired by seed (`scrl_min.stats.replicate_heterogeneity`);
 3. the test a row needs comes from the claim's wording (`KINDS`: one-sided, non-inferiority at −0.05, TOST within
    ±0.05; two-sided for rows no claim reads), computed by `paired_test` over the seed units;
 4. Holm's correction runs within the family the row's notebook pre-registered (`FAMILIES`), never over the page:
@@ -37,15 +37,15 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from scrl_min import holm, mean_ci95, p_text  # noqa: E402  (the scaffold's statistics, from the repository)
-from scrl_min.stats import paired_test as rule_test  # noqa: E402  (the rule's one test, as the notebooks run it)
+from scrl_min.stats import ALPHA, MARGIN  # noqa: E402  (the rule's margin and family-wise level, defined once)
+from scrl_min.stats import holm_interval as rule_interval, pool_replicates  # noqa: E402
+from scrl_min.stats import paired_test as rule_test, replicate_heterogeneity as heterogeneity_p  # noqa: E402
 
 FIG = REPO / "figures"
 PAGE = REPO / "docs" / "verdict.md"
 README = REPO / "README.md"
 REPLICATES = FIG / "replicates"  # <cpu>/: the same notebooks, code and seeds run on another CPU model (a replicate)
 
-MARGIN = 0.05  # M: the equivalence / non-inferiority margin, in final clean reward (declared in the rule)
-ALPHA = 0.05  # family-wise level of Holm's correction within a family
 POWER = 0.80  # the power at which `seeds_needed` counts the seeds that would decide a claim
 
 # The test each wording needs (docs/verdict.md, "The inference rule", item 4): name → how the page writes it
@@ -93,48 +93,6 @@ GRADIENT_TESTS = (
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 # The rule's pieces (tests/test_verdict.py checks each against an independent computation)
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
-def pool_replicates(replicates) -> np.ndarray:
-    """The seed units of a contrast: the mean over replicates of each seed's paired difference.
-
-    replicates: (k, n) array-like, k ≥ 1 replicates (CPU models) × n seeds in the same seed order. Returns (n,).
-    Raises ValueError when the replicates do not hold the same number of seeds."""
-    r = [np.asarray(x, dtype=float) for x in replicates]
-    if not r or any(x.shape != r[0].shape or x.ndim != 1 for x in r):
-        raise ValueError(f"replicates must be k ≥ 1 equal-length seed vectors, got shapes {[x.shape for x in r]}")
-    return np.mean(r, axis=0)
-
-
-def heterogeneity_p(replicates) -> float | None:
-    """Whether the replicates of a design differ, paired by seed: two-sided p of the seed × replicate F test
-    (replicate effect, seeds as blocks; for k = 2 it is the paired t test of the replicates' per-seed difference,
-    F = t²). None for a single replicate. replicates: (k, n), k replicates × n ≥ 2 seeds. p < 0.05 flags the row
-    "replicates differ"; it never changes its status (the rule, item 3)."""
-    from scipy import stats
-
-    x = np.asarray(replicates, dtype=float)
-    if x.ndim != 2:
-        raise ValueError(f"replicates must be a (k, n) array, got shape {x.shape}")
-    k, n = x.shape
-    if k < 2:
-        return None
-    if n < 2:
-        raise ValueError(f"a heterogeneity test needs at least 2 seeds, got {n}")
-    grand = x.mean()
-    resid = x - x.mean(axis=0, keepdims=True) - x.mean(axis=1, keepdims=True) + grand
-    ss_rep = n * float(((x.mean(axis=1) - grand) ** 2).sum())
-    ss_err = float((resid ** 2).sum())
-    df_rep, df_err = k - 1, (k - 1) * (n - 1)
-    if ss_err == 0:
-        return 1.0 if ss_rep == 0 else 0.0
-    return float(stats.f.sf((ss_rep / df_rep) / (ss_err / df_err), df_rep, df_err))
-
-
-def _t_sf(x: float, df: int) -> float:
-    from scipy import stats
-
-    return float(stats.t.sf(x, df))
-
-
 def paired_test(units, kind: str, margin: float = MARGIN) -> dict:
     """The test a claim's wording needs, over the seed units of one contrast (Student t, n − 1 df).
 
@@ -161,7 +119,7 @@ def paired_test(units, kind: str, margin: float = MARGIN) -> dict:
     se = sd / math.sqrt(n)
     if kind == "two-sided":  # rows no claim reads: described, not decided
         z0 = m / se if se > 0 else (math.copysign(math.inf, m) if m != 0 else 0.0)
-        p, opp = min(1.0, 2 * _t_sf(abs(z0), df)), None
+        p, opp = min(1.0, 2 * float(stats.t.sf(abs(z0), df))), None
     else:  # the claim's test and its opposite: the rule in scrl_min (stats.paired_test), defined once
         p, opp = rule_test(d, kind, margin), rule_test(d, kind, margin, opposite=True)
     return dict(n=n, mean=m, sd=sd, ci95=float(stats.t.ppf(0.975, df) * se), p=float(p),
@@ -260,24 +218,16 @@ def apply_holm(rs: list, alpha: float = ALPHA) -> list:
 
 
 def holm_interval(r: dict, rs: list, alpha: float = ALPHA) -> tuple:
-    """The Holm-level interval of tested row `r` (after `apply_holm`) in its family, the rows of `rs` that share
-    r's family: the (1 − 2a) two-sided t interval over r's seed units, a = α/(m − k) the level at which Holm's
-    step k tests it (k: r's 0-based rank by p within the family, ties in page order). Its end on the claim's
-    side decides the test at level a: the lower end above 0 (greater), above −M (noninferior); the upper end below
-    0 (less); both ends within ±M (equivalent). Returns (lower, upper, a). Raises ValueError for a descriptive row
-    (no family), a row whose Holm p its notebook gave (notebook 06), or a row that is not in `rs`."""
-    from scipy import stats
-
+    """`scrl_min.stats.holm_interval` of tested row `r` (after `apply_holm`) among the rows of `rs` in r's family
+    (ties in page order): (lower, upper, a). Raises ValueError for a descriptive row (no family), a row whose Holm p
+    its notebook gave (notebook 06), or a row that is not in `rs`."""
     if r.get("family") is None or "p_holm_given" in r:
         raise ValueError(f"{r.get('contrast')!r} has no Holm step of this page's: family {r.get('family')!r}")
     fam = [x for x in rs if x["family"] == r["family"]]
-    order = sorted(range(len(fam)), key=lambda i: fam[i]["p"])
-    k = next((j for j, i in enumerate(order) if fam[i] is r), None)
-    if k is None:
+    i = next((j for j, x in enumerate(fam) if x is r), None)
+    if i is None:
         raise ValueError(f"{r.get('contrast')!r} is not among the rows of its family {r['family']!r}")
-    a = alpha / (len(fam) - k)
-    h = float(stats.t.ppf(1 - a, r["n"] - 1) * r["sd"] / math.sqrt(r["n"]))
-    return r["mean"] - h, r["mean"] + h, a
+    return rule_interval([x["p"] for x in fam], i, r["mean"], r["sd"], r["n"], alpha)
 
 
 def page_holm(rs: list) -> list:
@@ -580,6 +530,8 @@ def gradient_rows(g) -> list:
     SC is compared with), power (the notebook's power computation for it), decision (the primary's, by the
     notebook's decision rule); then apply_holm's p_holm, status and seeds (batches). [] when notebook 10 has not
     run."""
+    from scipy.stats import t as t_dist
+
     if g is None or "primary" not in g:
         return []
     out = []
@@ -587,7 +539,7 @@ def gradient_rows(g) -> list:
         n = c["n"]
         t = c["D"] / math.sqrt(c["sd_D"] ** 2 / n + c["ref_term_sd"] ** 2)
         out.append(dict(key=key, label=label, family=family, kind="less", mean=c["D"], ci95=c["D_ci95"], sd=c["sd_D"],
-                        n=n, p=_t_sf(-t, n - 1), p_opposite=_t_sf(t, n - 1), p_notebook=c["p"],
+                        n=n, p=float(t_dist.sf(-t, n - 1)), p_opposite=float(t_dist.sf(t, n - 1)), p_notebook=c["p"],
                         p_holm_notebook=c.get("p_holm"), rel_gap=c["rel_gap"], rel_ci95=c["rel_ci95"],
                         predicted=list(c["predicted_rel_gap"]), kl=c["kl"], other=other,
                         power=g.get("prediction", {}).get("power", {}).get(power_key), decision=c.get("decision")))

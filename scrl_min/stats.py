@@ -5,7 +5,8 @@ deck compute from the metrics records of finished runs. Nothing here trains; the
 Reading order: `mean_ci95` (a mean over seeds with its 95% t interval) · `eval_curve`,
 `moving_average` (curves of one run) · `final_reward`, `curve_auc`, `collapsed` (one number per run) ·
 `p_text`, `holm`, `paired_contrasts`, `mcnemar_exact` (arms compared over paired seeds) · the inference rule of
-the pre-registered notebooks: `paired_test`, `seeds_to_decide`, `test_family` (`test_differences`), `heterogeneity` · `ARM_COLORS`,
+the pre-registered notebooks: `paired_test`, `seeds_to_decide`, `test_family` (`test_differences`), `heterogeneity`, and for designs rerun
+on other CPU models `pool_replicates`, `replicate_heterogeneity` · `holm_interval` · `ARM_COLORS`,
 `band_plot`, `forest_plot`, `per_seed_plot`, `check_layout` (figures fit for a slide).
 """
 from __future__ import annotations
@@ -236,8 +237,6 @@ def test_differences(hypotheses: list, margin: float = MARGIN, alpha: float = AL
     (`CLAIM_STATUS`) where p_holm < α; "contradicted" where p_opposite_holm < α (the opposite tests have their own
     Holm correction, so each direction is controlled at α family-wise, and together they make a two-sided decision
     at 2α); else "not decided". Raises ScrlError as `paired_test`."""
-    from scipy import stats
-
     rows = []
     for name, d, test in hypotheses:
         d = np.asarray(d, float)
@@ -248,11 +247,9 @@ def test_differences(hypotheses: list, margin: float = MARGIN, alpha: float = AL
                          wins=int(wins.sum()), n=len(d)))
     if not rows:
         return rows
-    rank = np.argsort(np.argsort([r["p"] for r in rows], kind="stable"), kind="stable")
-    opposite_holm = holm([r["p_opposite"] for r in rows])
-    for r, ph, po, k in zip(rows, holm([r["p"] for r in rows]), opposite_holm, rank):
-        level = alpha / (len(rows) - k)
-        h = float(stats.t.ppf(1 - level, r["n"] - 1) * r["sd"] / math.sqrt(r["n"]))
+    ps = [r["p"] for r in rows]
+    for i, (r, ph, po) in enumerate(zip(rows, holm(ps), holm([r["p_opposite"] for r in rows]))):
+        h, level = _holm_step(ps, i, r["sd"], r["n"], alpha)
         lo, hi = r["mean"] - h, r["mean"] + h
         effect = {"less": -r["mean"], "greater": r["mean"], "noninferior": r["mean"] + margin,
                   "equivalent": margin - abs(r["mean"])}[r["test"]]
@@ -290,6 +287,58 @@ def heterogeneity(d, kinds: list) -> dict:
     het = (None if len(parts) < 2 else float(stats.ttest_ind(*parts.values(), equal_var=False).pvalue)
            if len(parts) == 2 else float(stats.f_oneway(*parts.values()).pvalue))
     return dict(per_cpu=per_cpu, het_p=het)
+
+
+def pool_replicates(replicates) -> np.ndarray:
+    """The seed units of a contrast whose whole design ran again on other CPU models (figures/replicates/<cpu>/,
+    docs/verdict.md rule 3): each seed's paired difference, averaged over the replicates. replicates: (k, n)
+    array-like, k ≥ 1 replicates × n seeds in the same seed order. Returns (n,). Raises ScrlError when the
+    replicates do not hold the same number of seeds."""
+    r = [np.asarray(x, dtype=float) for x in replicates]
+    if not r or any(x.shape != r[0].shape or x.ndim != 1 for x in r):
+        raise ScrlError(f"replicates must be k ≥ 1 equal-length seed vectors, got shapes {[x.shape for x in r]}")
+    return np.mean(r, axis=0)
+
+
+def replicate_heterogeneity(replicates) -> float | None:
+    """Whether whole replicates of a design differ, paired by seed (every seed ran on every CPU model, unlike
+    `heterogeneity`, where the kinds split the seeds): the two-sided p of the seed × replicate F test (replicate
+    effect, seeds as blocks; for k = 2 the paired t test of the replicates' per-seed difference, F = t²). None for
+    one replicate. replicates: (k, n), n ≥ 2. p < 0.05 flags "replicates differ"; it never changes a status.
+    Raises ScrlError for a non-2-D input or fewer than 2 seeds."""
+    from scipy import stats
+    x = np.asarray(replicates, dtype=float)
+    if x.ndim != 2:
+        raise ScrlError(f"replicates must be a (k, n) array, got shape {x.shape}")
+    k, n = x.shape
+    if k < 2:
+        return None
+    if n < 2:
+        raise ScrlError(f"a heterogeneity test needs at least 2 seeds, got {n}")
+    grand = x.mean()
+    resid = x - x.mean(axis=0, keepdims=True) - x.mean(axis=1, keepdims=True) + grand
+    ss_rep, ss_err = n * float(((x.mean(axis=1) - grand) ** 2).sum()), float((resid ** 2).sum())
+    if ss_err == 0:
+        return 1.0 if ss_rep == 0 else 0.0
+    return float(stats.f.sf((ss_rep / (k - 1)) / (ss_err / ((k - 1) * (n - 1))), k - 1, (k - 1) * (n - 1)))
+
+
+def holm_interval(p: list, i: int, mean: float, sd: float, n: int, alpha: float = ALPHA) -> tuple:
+    """The Holm-level interval of hypothesis i of a family whose one-sided (or TOST) p values are `p` (m,): the
+    (1 − 2a) two-sided t interval mean ± t_{1−a, n−1} sd/√n at a = α/(m − k), k the 0-based rank of p[i] (ties in
+    the given order), the level at which Holm's step k tests it; its end on the claim's side clears 0 (or the
+    margin) exactly when that step rejects. Returns (lower, upper, a). `test_differences`' ci_holm is its
+    half-width."""
+    h, a = _holm_step(p, i, sd, n, alpha)
+    return mean - h, mean + h, a
+
+
+def _holm_step(p: list, i: int, sd: float, n: int, alpha: float) -> tuple:
+    """(half-width t_{1−a, n−1} sd/√n, level a = α/(m − k)) of hypothesis i at its Holm step k (`holm_interval`)."""
+    from scipy import stats
+    k = int(np.argsort(np.argsort(p, kind="stable"), kind="stable")[i])
+    a = alpha / (len(p) - k)
+    return float(stats.t.ppf(1 - a, n - 1) * sd / math.sqrt(n)), a
 
 
 # One colour per arm in every figure of the notebooks and the deck (an estimator keeps its colour across

@@ -16,6 +16,7 @@ from scipy import stats
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 import verdict  # noqa: E402
+from scrl_min.stats import pool_replicates, replicate_heterogeneity  # noqa: E402  (the rule, defined once)
 
 M = verdict.MARGIN
 
@@ -95,7 +96,7 @@ def test_pooling_takes_the_seed_as_the_unit():
     assert r["ci95"] == pytest.approx(stats.t.ppf(0.975, 5) * u.std(ddof=1) / math.sqrt(6))
     assert r["replicate_means"][1][0] == pytest.approx(b.mean())
     with pytest.raises(ValueError, match="equal-length"):
-        verdict.pool_replicates([a, b[:5]])
+        pool_replicates([a, b[:5]])
 
 
 def test_the_headline_rows_pool_every_cpu_model(made):
@@ -129,9 +130,9 @@ def test_heterogeneity_flags_replicates_that_differ():
     a = rng.normal(0.1, 0.1, 10)
     b = a + 0.25 + rng.normal(0, 0.03, 10)  # the same seeds, shifted on the other replicate
     c = a + rng.normal(0, 0.03, 10)  # the same seeds, no shift
-    assert verdict.heterogeneity_p([a, b]) == pytest.approx(stats.ttest_rel(a, b).pvalue, rel=1e-10)
-    assert verdict.heterogeneity_p([a, b]) < 0.05 and verdict.heterogeneity_p([a, c]) > 0.05
-    assert verdict.heterogeneity_p([a]) is None
+    assert replicate_heterogeneity([a, b]) == pytest.approx(stats.ttest_rel(a, b).pvalue, rel=1e-10)
+    assert replicate_heterogeneity([a, b]) < 0.05 and replicate_heterogeneity([a, c]) > 0.05
+    assert replicate_heterogeneity([a]) is None
     # three replicates: the F test of the replicate effect with seeds as blocks, against least squares
     x = np.array([a, b, c])  # (k, n)
     k, n = x.shape
@@ -140,7 +141,7 @@ def test_heterogeneity_flags_replicates_that_differ():
     rep = np.repeat(np.eye(k)[:, 1:], n, axis=0)
     rss = [np.linalg.lstsq(X, y, rcond=None)[1][0] for X in (seed, np.hstack([seed, rep]))]
     f = ((rss[0] - rss[1]) / (k - 1)) / (rss[1] / ((k - 1) * (n - 1)))
-    assert verdict.heterogeneity_p(x) == pytest.approx(stats.f.sf(f, k - 1, (k - 1) * (n - 1)), rel=1e-8)
+    assert replicate_heterogeneity(x) == pytest.approx(stats.f.sf(f, k - 1, (k - 1) * (n - 1)), rel=1e-8)
     # a flag never changes a status: the row says so beside it
     r = verdict.apply_holm([verdict.tested("x", "s", "a − b", [a, b], family="02", kind="greater")])[0]
     assert r["status"] == "reproduced" and "replicates differ" in verdict.status_text(r)
