@@ -3,7 +3,8 @@
     python scripts/make_slides.py [--out runs/slides]
 
 The presenter notebook `slides/journal_club.py` (jupytext py:percent) is executed at the repository root, so
-its numbers come from the committed `figures/*.json` (through `scripts/verdict.py`) and its figures from
+its numbers come from the committed `figures/*.json` (statuses from `figures/verdict.json`, which
+`scripts/verdict.py --write` makes) and its figures from
 `figures/*.png`, embedded in the HTML. A cell tagged `slide` starts a slide; code cells show only their outputs.
 nbconvert's reveal.js exporter writes the deck with `slides/template/scrl_deck` (reveal.js from the folder
 beside the deck, nothing from a CDN), and `slides/reveal.js` (reveal.js 4.6.1, MIT) is copied next to it: the

@@ -1,7 +1,7 @@
 """The verdict page's numbers and its forest plot, from the committed figures/*.json, under the page's inference rule.
 
     python scripts/verdict.py            # print the generated blocks of docs/verdict.md and README.md
-    python scripts/verdict.py --write    # rewrite those blocks, figures/verdict_forest.{png,json}
+    python scripts/verdict.py --write    # rewrite those blocks, figures/verdict_forest.{png,json}, figures/verdict.json
 
 The rule (docs/verdict.md, "The inference rule"), as this file applies it:
 
@@ -1372,6 +1372,26 @@ def write_blocks(path: Path, made_: dict, kind: str = "verdict") -> None:
     path.write_text(text_)
 
 
+def deck_data(rs: list) -> dict:
+    """What the deck (slides/journal_club.py) shows, as figures/verdict.json: the rows of the rule (`tested_rows`,
+    `slope_rows`, `confirmatory_rows`, `staleness_rows`), each decided row with its short status and its Holm-level
+    interval [lower, upper, a] within its family (`holm_interval`; None for a descriptive row or one whose Holm p
+    its notebook gave), the claims (`claims`), and per replicated notebook the folders its seeds pool."""
+    slopes, c13, st07 = slope_rows(), confirmatory_rows(), staleness_rows()
+
+    def extra(rows, family_rows):
+        for r in rows:
+            decided = r.get("family") is not None and "p_holm_given" not in r
+            r["short_status"] = short_status(r) if r.get("family") is not None else ""
+            r["holm_interval"] = list(holm_interval(r, family_rows)) if decided else None
+        return rows
+
+    extra(rs, rs), extra(slopes, slopes), extra(c13, c13), extra(st07, st07)
+    cs = claims(rs, slopes, None, c13, st07)
+    return dict(alpha=ALPHA, margin=MARGIN, rows=rs, slopes=slopes, confirmatory=c13, staleness=st07, claims=cs,
+                replicates={src: [str(d.relative_to(REPO)) for d in replicate_dirs(src)] for src in REPLICATED})
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--write", action="store_true", help="rewrite docs/verdict.md's and README.md's blocks and the forest plot")
@@ -1386,7 +1406,8 @@ def main(argv=None) -> None:
     write_blocks(README, {k: m[k] for k in README_BLOCKS})
     forest_plot(rs, FIG / "verdict_forest.png", fontsize=8.5, width=12)
     (FIG / "verdict_forest.json").write_text(json.dumps(rs, indent=1))
-    print(f"wrote {PAGE.relative_to(REPO)}, README.md's verdict blocks and figures/verdict_forest.{{png,json}} "
+    (FIG / "verdict.json").write_text(json.dumps(deck_data(tested_rows()), indent=1))
+    print(f"wrote {PAGE.relative_to(REPO)}, README.md's verdict blocks, figures/verdict_forest.{{png,json}} and figures/verdict.json "
           f"({len(rs)} rows)")
 
 

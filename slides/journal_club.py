@@ -15,18 +15,17 @@
 # computes differently: tokens come from q, the gradient is taken under p.
 #
 # A 3.7M-parameter policy, trained on 2 CPU cores. Every number is read from `figures/*.json` when the deck is
-# built (`make slides`), every status through `scripts/verdict.py`'s rule.
+# built (`make slides`), every status from `figures/verdict.json` (`scripts/verdict.py`'s rule).
 
 # %% tags=["hide"]
 # The deck's code: it runs when `make slides` builds the deck, and only its outputs are shown. Slides follow the
 # README's reading order: the idea (01, 03, 12), the experiments (04, 10, 02, 13, 11, 06), in production (05).
-# Every status, p and interval comes from scripts/verdict.py's inference rule (docs/verdict.md, "The inference
-# rule"): tested_rows / slope_rows / claims / holm_interval; nothing from its older page-wide rows.
+# Every status, p and interval comes from figures/verdict.json, which `scripts/verdict.py --write` computes under the
+# inference rule (docs/verdict.md, "The inference rule"); the deck imports only scrl_min.
 import ast
 import io
 import json
 import re
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -36,13 +35,12 @@ from IPython.display import Image, Markdown, display
 
 REPO = Path.cwd()
 FIG = REPO / "figures"
-sys.path.insert(0, str(REPO / "scripts"))
-import verdict  # noqa: E402  (the verdict page's own rule, from the same JSON)
-from scrl_min import ARM_COLORS, mean_ci95, p_text  # noqa: E402
+from scrl_min import ARM_COLORS, mean_ci95, p_text
 
-rs = verdict.tested_rows()  # every reward contrast under the rule: pooled over CPU models, Holm within its family
-slopes = verdict.slope_rows()
-cs = verdict.claims(rs, slopes)
+V = json.loads((FIG / "verdict.json").read_text())  # the verdict's rows and claims (scripts/verdict.py --write)
+rs = V["rows"]  # every reward contrast under the rule: pooled over CPU models, Holm within its family
+slopes = V["slopes"]
+cs = V["claims"]
 fam02 = [r for r in rs if r["family"] == "02"]
 
 # Figures are drawn here for the projector, not embedded from the notebooks: a figure w × h inches is shown
@@ -73,6 +71,16 @@ def show(fig):
     display(Image(data=buf.getvalue(), width=width))
 
 
+def fmt(x, d=3):
+    return f"{x:+.{d}f}"
+
+
+def find(rows, source, contrast, setting_prefix):
+    """The row of `rows` from notebook `source` with this contrast, whose setting begins with `setting_prefix`."""
+    return next(r for r in rows if r["source"] == source and r["contrast"] == contrast
+                and r["setting"].startswith(setting_prefix))
+
+
 def pending(what):
     display(Markdown(f"*{what} is not committed yet: its notebook has not run at full size (`notebooks/pending.yaml`).*"))
 
@@ -87,7 +95,7 @@ def plain_status(text):
 
 
 def claim_table(chosen):
-    """The claims `chosen` (verdict.claims()) as a table: the claim in short, its notebook, mean ± 95% (seeds), and
+    """The claims `chosen` (the verdict's claims) as a table: the claim in short, its notebook, mean ± 95% (seeds), and
     its status under the rule; notebook 10's gradient claims in one row when they share a status."""
     grad = [c for c in chosen if c["where"].startswith("10")]
     one = len({x["short_status"] for x in grad}) == 1
@@ -115,7 +123,7 @@ def claim_table(chosen):
         if r is None or "k" not in r:
             number = "–" if c in grad and one else c["short"]
         else:
-            number = f"{verdict.fmt(r['mean'], d=2)} ± {r['ci95']:.2f} ({r['n']} seeds{'' if r['k'] > 1 else ', one CPU'})"
+            number = f"{fmt(r['mean'], d=2)} ± {r['ci95']:.2f} ({r['n']} seeds{'' if r['k'] > 1 else ', one CPU'})"
             if "slope" in r["contrast"]:
                 number = f"slope {number}"
         number = number.split("; ")[0]  # one number per cell on a slide (the page has the rest)
@@ -244,7 +252,7 @@ else:
 # %%
 h = load("02_fp8_arms.json")
 if h and fam02:
-    reps = [load("02_fp8_arms.json", f) for f in verdict.replicate_dirs("02")]
+    reps = [load("02_fp8_arms.json", REPO / f) for f in V["replicates"]["02"]]
     arms = list(h["final"])
     fig, ax = plt.subplots(figsize=(11.5, 4.6))
     for x, arm in enumerate(arms):
@@ -275,10 +283,10 @@ if fam02:
     tests = {"less": "< 0", "greater": "> 0", "noninferior": "> −0.05", "equivalent": "within ±0.05"}
     lines = ["| claim | mean ± 95% | Holm-level interval | Holm p | status |", "|---|---|---|---|---|"]
     for r in shown02:
-        lo, hi, a = verdict.holm_interval(r, rs)
+        lo, hi, a = r["holm_interval"]
         claim = f"{r['contrast']} {tests.get(r['kind'], r['kind'])}".replace(" ", "\u00a0")  # one line
-        lines.append(f"| {claim} | {verdict.fmt(r['mean'])} ± "
-                     f"{r['ci95']:.3f} | [{lo:+.3f}, {hi:+.3f}] | {p_text(r['p_holm'])} | {verdict.short_status(r)} |")
+        lines.append(f"| {claim} | {fmt(r['mean'])} ± "
+                     f"{r['ci95']:.3f} | [{lo:+.3f}, {hi:+.3f}] | {p_text(r['p_holm'])} | {r['short_status']} |")
     display(Markdown("\n".join(lines)))
     display(Markdown(f"Final clean reward, {pooled(fam02[0])}; Holm within notebook 02's {len(fam02)} "
                      f"pre-registered contrasts. Holm-level interval: the (1 − 2a) t interval at Holm's step level a; "
@@ -307,23 +315,23 @@ pre = {n.targets[0].id: ast.literal_eval(n.value) for n in ast.parse(cell).body
        if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)}
 ran = (FIG / "13_confirmatory.json").exists()
 arms13 = ", ".join(pre["arms"])
-c13 = verdict.confirmatory_rows()
+c13 = V["confirmatory"]
 fam13 = [r for r in c13 if r["family"] == "13 A"]
 if ran and fam13:  # family A's primary under its pre-registered rule, as the headline table shows notebook 02's
     tests = {"less": "< 0", "greater": "> 0", "noninferior": "> −0.05", "equivalent": "within ±0.05"}
     lines = ["| claim | mean ± 95% | Holm-level interval | Holm p | status |", "|---|---|---|---|---|"]
     for r in fam13:
-        lo, hi, a = verdict.holm_interval(r, fam13)
+        lo, hi, a = r["holm_interval"]
         claim = f"{r['contrast']} {tests[r['kind']]}".replace(" ", "\u00a0")
-        lines.append(f"| {claim} | {verdict.fmt(r['mean'])} ± {r['ci95']:.3f} | [{lo:+.3f}, {hi:+.3f}] | "
-                     f"{p_text(r['p_holm'])} | {verdict.short_status(r)} |")
+        lines.append(f"| {claim} | {fmt(r['mean'])} ± {r['ci95']:.3f} | [{lo:+.3f}, {hi:+.3f}] | "
+                     f"{p_text(r['p_holm'])} | {r['short_status']} |")
     display(Markdown("\n".join(lines)))
     gentle = [r for r in c13 if r["family"] == "13 B"]
     display(Markdown(
         f"Area under the clean-eval curve, {fam13[0]['n']} fresh seeds ({pre['first_seed']}-"
         f"{pre['first_seed'] + fam13[0]['n'] - 1}), Holm within family A's {len(fam13)} pre-registered hypotheses; "
         f"margin ±{pre['margin']:g}. Family B, lr {pre['gentle_lr']:g} ({gentle[0]['n'] if gentle else 0} seeds): "
-        + "; ".join(f"{r['contrast']} {tests[r['kind']]}: {plain_status(verdict.short_status(r))}" for r in gentle)
+        + "; ".join(f"{r['contrast']} {tests[r['kind']]}: {plain_status(r['short_status'])}" for r in gentle)
         + "."))
 else:
     display(Markdown(
@@ -345,7 +353,7 @@ d11 = load("11_severity_slope.json")
 if d11 and slopes:
     fig, ax = plt.subplots(figsize=(11.5, 3.9))
     for k, (name, color) in enumerate((("sc − plain", ARM_COLORS["sc"]), ("sc − mis", ARM_COLORS["mis"]))):
-        rows11 = [verdict._find(rs, "11", name, f"{rung}, ") for rung in d11["rungs"]]
+        rows11 = [find(rs, "11", name, f"{rung}, ") for rung in d11["rungs"]]
         kl = np.array([r["kl"] for r in rows11]) * (1.06 if k else 1 / 1.06)
         ax.errorbar(kl, [r["mean"] for r in rows11], yerr=[r["ci95"] for r in rows11], fmt="o", color=color,
                     capsize=6, label=name)
@@ -358,8 +366,8 @@ if d11 and slopes:
     fig.tight_layout()
     show(fig)
     display(Markdown("\n".join(
-        f"- {r['contrast']}: {verdict.fmt(r['mean'], d=2)} ± {r['ci95']:.2f} per tenfold KL; Holm p "
-        f"{p_text(r['p_holm'])} ({r['m']} declared slopes): **{plain_status(verdict.short_status(r))}**"
+        f"- {r['contrast']}: {fmt(r['mean'], d=2)} ± {r['ci95']:.2f} per tenfold KL; Holm p "
+        f"{p_text(r['p_holm'])} ({r['m']} declared slopes): **{plain_status(r['short_status'])}**"
         for r in sorted(slopes, key=lambda r: r["contrast"] != "sc − plain slope"))))
 else:
     pending("figures/11_severity_slope.json")
@@ -380,7 +388,7 @@ if d06:
     fig.tight_layout()
     show(fig)
     map06 = [r for r in rs if r["family"] == "06 map"]
-    decided = sum(r["p_holm"] < verdict.ALPHA for r in map06)
+    decided = sum(r["p_holm"] < V["alpha"] for r in map06)
     m06 = d06["measured"]
     fewer = {c.split(" · ")[1]: m06[c]["drift_norm"] / m06[c.replace("raw", "centered")]["drift_norm"]
              for c in cells if c.startswith("raw") and c.replace("raw", "centered") in m06}  # raw / centred, per token
@@ -429,7 +437,7 @@ cost = [c for c in reward if c not in against_is]
 display(Markdown(claim_table(cost)))
 display(Markdown(("Notebook 13's rows: fresh seeds, the area under the clean-eval curve (its primary); the others "
                   "pooled" if any(c["where"].startswith("13") for c in cost) else "Pooled")
-                 + f" over {len(verdict.replicate_dirs('02'))} CPU models (the seeds shown); every interval and p: "
+                 + f" over {len(V['replicates']['02'])} CPU models (the seeds shown); every interval and p: "
                    "`docs/verdict.md`."))
 
 # %% [markdown] tags=["slide"]
@@ -445,7 +453,7 @@ display(Markdown("\"Matches\": both one-sided tests clear ±0.05 (equivalence); 
 
 # %%
 display(Markdown(claim_table([c for c in cs if c not in reward and c["where"][:2] not in ("10", "13")])))
-st07 = verdict.staleness_rows()
+st07 = V["staleness"]
 if st07:  # the redesign: SC + IS − IS per seed, the mean over lags and IS kinds, Holm within its four hypotheses
     prim = [r for r in st07 if r["family"] == "07 P"]
     stale_text = (f"Staleness (07, pre-registered): lr {load('07_staleness.json')['parameters']['lr']:g}, Holm "

@@ -244,14 +244,24 @@ def test_deck_figures_are_drawn_for_the_slide():
     assert "filename=" not in src and ".png" not in src, "the deck embeds a PNG file"
 
 
-def test_deck_reads_the_rule_not_the_page_wide_rows():
-    """Every status, p and interval on the deck comes from the inference rule's functions (tested_rows, slope_rows,
-    claims, holm_interval), not from the older page-wide rows (rows, with_tests, replicate_rows)."""
+def test_deck_reads_the_verdicts_json_and_imports_only_scrl_min():
+    """Every status, p and interval on the deck comes from figures/verdict.json, which scripts/verdict.py writes under
+    the rule (test_verdict checks it is current); the deck imports no script and nothing from tests/."""
+    import json
+
+    import verdict
+
     src = DECK.read_text()
-    for old in ("with_tests", "replicate_rows", "verdict.rows(", "forest_plot"):
-        assert old not in src, f"the deck still reads verdict.{old.rstrip('(')}"
-    for new in ("tested_rows", "slope_rows", "claims", "holm_interval"):
-        assert f"verdict.{new}(" in src
+    assert 'FIG / "verdict.json"' in src
+    assert "import verdict" not in src and "sys.path" not in src and "tests/" not in src
+    imports = {m for m in re.findall(r"^(?:from|import) (\w+)", src, flags=re.M)}
+    assert imports <= {"ast", "io", "json", "re", "pathlib", "matplotlib", "numpy", "IPython", "scrl_min"}, imports
+    data = json.loads((verdict.FIG / "verdict.json").read_text())
+    rs = verdict.tested_rows()
+    for r, saved in zip(rs, data["rows"]):  # the saved interval is verdict.holm_interval's, within the row's family
+        if r["family"] is not None and "p_holm_given" not in r:
+            assert saved["holm_interval"] == pytest.approx(list(verdict.holm_interval(r, rs)), rel=1e-12)
+            assert saved["short_status"] == verdict.short_status(r)
 
 
 def test_holm_interval_decides_as_holm_steps():

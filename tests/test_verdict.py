@@ -30,7 +30,7 @@ def made():
 # ── the page is the JSON under the rule ────────────────────────────────────────────────────────────
 def test_page_and_readme_regenerate_byte_for_byte(made, tmp_path):
     """Writing the generated blocks into copies of docs/verdict.md and README.md changes not one byte; the forest
-    plot's JSON is the rows themselves."""
+    plot's JSON is the rows themselves, and the deck's (figures/verdict.json) is what verdict.deck_data makes now."""
     rs, m = made
     for path, names in ((verdict.PAGE, verdict.PAGE_BLOCKS), (verdict.README, verdict.README_BLOCKS)):
         copy = tmp_path / path.name
@@ -39,6 +39,8 @@ def test_page_and_readme_regenerate_byte_for_byte(made, tmp_path):
         assert copy.read_bytes() == path.read_bytes(), (
             f"{path.relative_to(REPO)} differs from what scripts/verdict.py makes: run python scripts/verdict.py --write")
     assert (verdict.FIG / "verdict_forest.json").read_text() == json.dumps(rs, indent=1)
+    assert (verdict.FIG / "verdict.json").read_text() == json.dumps(verdict.deck_data(verdict.tested_rows()), indent=1), \
+        "figures/verdict.json is stale: run python scripts/verdict.py --write"
     readme = verdict.README.read_text()
     assert "docs/verdict.md" in readme[:3000], "the README's first screen links the verdict"
 
