@@ -59,7 +59,6 @@ FAMILIES = {
     "11 slopes": ("notebook 11's two declared slopes", False),
     "11 reference": ("the ladder's no-mismatch reference, one contrast per rung (exploratory)", True),
     "06 map": ("notebook 06's 54 map cells (its Holm p)", False),
-    "07": ("notebook 07's eight SC + IS − IS contrasts (exploratory: 07 declared none)", True),
     "07 P": ("notebook 07's redesign: its four pre-registered hypotheses P1-P4 on the AUC", False),
     "07 P final": ("notebook 07's redesign on the final clean reward (its secondary family)", False),
     "13 A": ("notebook 13's family A (lr 0.5, fresh seeds): its seven hypotheses on the AUC", False),
@@ -289,17 +288,6 @@ def rows(fig: Path = FIG) -> list:
                     if all(x == "reference" or x in p["arms"] for x in (a, b)):
                         diffs = [f(a, s) - f(b, s) for s in p["seeds"]]
                         out.append(_row("06", f"{label}, {mode}", f"{a} − {b}".replace("reference", "bf16"), diffs, kl))
-    d = _load("07_staleness.json", fig)
-    if d and "final" in d:  # the first design's JSON (the redesign's is read by staleness_rows)
-        p, fin = d["parameters"], d["final"]
-        for s in p["staleness"]:
-            key = f"s={s}"
-            for a, b in (("sc_tis", "tis"), ("sc_mis", "mis"), ("plain", "reference_s0")):
-                if a in fin and b in fin:
-                    va = np.array(fin[a][key]["per_seed"])
-                    vb = np.array(fin[b]["per_seed"] if b == "reference_s0" else fin[b][key]["per_seed"])
-                    out.append(_row("07", f"staleness s = {s}, {p['sampler_precision']}, {p['advantage_mode']}",
-                                    f"{a} − {b}".replace("reference_s0", "s = 0"), va - vb, fin[a][key].get("kl_qp")))
     return out
 
 
@@ -364,8 +352,6 @@ def _family_of(r) -> tuple:
         return "11 reference", "less"
     if src == "06" and c in ("sc − plain", "plain − bf16"):
         return "06 map", "two-sided"
-    if src == "07" and c in ("sc_tis − tis", "sc_mis − mis"):
-        return "07", "greater"
     return None, "two-sided"
 
 
@@ -532,8 +518,6 @@ def gradient_rows(g) -> list:
     run."""
     from scipy.stats import t as t_dist
 
-    if g is None or "primary" not in g:
-        return []
     out = []
     for (key, label, c), (_, family, other, power_key, _) in zip(_gradient_contrasts(g), GRADIENT_TESTS):
         n = c["n"]
@@ -665,12 +649,8 @@ def claims(rs: list | None = None, slopes: list | None = None, g=None, c13: list
                         short_status=short_status(r), row=r, earlier=earlier))
 
     def add13(claim, family, contrast, kind, earlier=None):
-        """The claim from notebook 13's `family` (primary, the AUC) when it tested it; else from `earlier` (02)."""
-        r = find13(family, contrast, kind)
-        if r is not None:
-            add_auc(claim, r, find13(f"{family} final", contrast, kind), earlier)
-        elif earlier is not None:
-            add(claim, head, earlier)
+        """The claim from notebook 13's `family` (primary, the AUC), its secondary and notebook 02's `earlier` row."""
+        add_auc(claim, find13(family, contrast, kind), find13(f"{family} final", contrast, kind), earlier)
 
     add13("A mismatched sampler costs plain training reward (plain < no-mismatch reference)", "13 A", "plain − bf16",
           "less", _find(rs, "02", "plain − bf16"))
@@ -698,25 +678,16 @@ def claims(rs: list | None = None, slopes: list | None = None, g=None, c13: list
                         number=number_text(r, "slope ", " per tenfold KL"), status=status_text(r),
                         short=f"slope {fmt(r['mean'], d=2)} ± {r['ci95']:.2f} per tenfold KL",
                         short_status=short_status(r), row=r))
-    if not slopes:
-        out.append(dict(claim="SC's edge grows with the mismatch", where="11 · severity ladder", number="–", short="–",
-                        status="untested here: notebook 11 has not run at full size yet (notebooks/pending.yaml)",
-                        short_status="untested here", row=None))
     out.extend(gradient_claims(g))
-    if st07:  # notebook 07's redesign: P1-P4 (the refresh schedule first, the article's)
-        for sched, which in (("refresh", "the sampler refreshed every s + 1 steps (the article's schedule)"),
-                             ("constant", "a constant lag of s steps")):
-            for kind, wording in (("greater", "Centering helps IS under staleness (SC + IS > IS, on average over lags and IS kinds)"),
-                                  ("noninferior", "… and costs IS nothing (SC + IS non-inferior to IS at −0.05, on average over lags "
-                                                  "and IS kinds)")):
-                r, sec = (next((x for x in st07 if x["family"] == fam and x["kind"] == kind
-                                and x["setting"].startswith(sched)), None) for fam in ("07 P", "07 P final"))
-                if r is not None:
-                    add_auc(f"{wording}; {which}", r, sec)
-    else:
-        for s_ in (1, 8):
-            add(f"Centering helps under staleness (SC+TIS > TIS), s = {s_}", f"07 · bf16 sampler, staleness {s_}",
-                _find(rs, "07", "sc_tis − tis", f"staleness s = {s_},"))
+    for sched, which in (("refresh", "the sampler refreshed every s + 1 steps (the article's schedule)"),
+                         ("constant", "a constant lag of s steps")):  # notebook 07's redesign: P1-P4
+        for kind, wording in (("greater", "Centering helps IS under staleness (SC + IS > IS, on average over lags and IS kinds)"),
+                              ("noninferior", "… and costs IS nothing (SC + IS non-inferior to IS at −0.05, on average over lags "
+                                              "and IS kinds)")):
+            r, sec = (next((x for x in st07 if x["family"] == fam and x["kind"] == kind
+                            and x["setting"].startswith(sched)), None) for fam in ("07 P", "07 P final"))
+            if r is not None:
+                add_auc(f"{wording}; {which}", r, sec)
     out.append(length_drift_claim(_load("14_length_drift_runs.json"), _load("14_length_drift_iterated.json")))
     if topk:
         b = topk["settings"]["σ=0.1, T=1"]["by_k"]
@@ -733,62 +704,37 @@ def claims(rs: list | None = None, slopes: list | None = None, g=None, c13: list
     return out
 
 
-def length_drift_claim(ld, iterated=None) -> dict:
-    """Claim C7 from notebook 14's JSON (figures/14_length_drift_runs.json; None: not run): its primary, plain − SC in
-    the change of the trainer's mean log p(EOS) over fixed held-out prefixes, with the notebook's own status (its
-    declared decision rule; "not decided" with the seeds the design needs when the paired runs were not run).
-    When the notebook's second design has run (figures/14_length_drift_iterated.json: the exact expected update
-    iterated, its amendment 2), its primary decides the row, under the same rule; the first design's is noted."""
+def length_drift_claim(ld, iterated) -> dict:
+    """Claim C7 from notebook 14: its second design (figures/14_length_drift_iterated.json: the exact expected update
+    iterated, its amendment 2) decides the row under the notebook's declared rule (two-sided: reproduced above 0,
+    contradicted below), plain − SC in the change of the trainer's mean log p(EOS) over fixed held-out prefixes; the
+    first design's status (figures/14_length_drift_runs.json, `ld`, sampled training runs) is noted. Where plain's
+    push takes either sign with the seed's noise draw, no number of seeds decides a signed claim (the page's rule 4
+    needs a direction the design fixes): the row says so and gives SC's share of plain's |Δ log p(EOS)|, exploratory."""
     claim = "A mismatched sampler drifts the completion length, and SC removes it (plain − SC in Δ log p(EOS))"
-    if iterated:
-        p, pred, par = iterated["primary"], iterated["prediction"], iterated["parameters"]
-        where = (f"14 · the drift alone (the expected update iterated, no sampled tokens), {par['sampler_format']} + σ "
-                 f"{par['sampler_noise']:g}, lr E[A] = {par['lr'] * par['mean_advantage']:g}, {par['steps']} updates")
-        first = "" if not ld else (f"; the first design (sampled training runs): "
-                                   f"{ld['primary'].get('status', '–')}")
-        number = (f"{fmt(p['mean'])} ± {p['ci95']:.3f} nats ({p['n']} seeds; predicted {fmt(pred['delta'])}, "
-                  f"no-drift band ± {pred['no_drift_half_band']:.3f}){first}")
-        status = p["status"]  # the notebook's declared rule: two-sided (reproduced above 0, contradicted below)
-        arms = iterated.get("per_arm", {})
-        plain_d = np.array(arms.get("plain", {}).get("d_logp_eos_per_seed", []))
-        sc_d = np.array(arms.get("sc", {}).get("d_logp_eos_per_seed", []))
-        if status.startswith("not decided") and len(plain_d) and plain_d.min() < 0 < plain_d.max() and len(sc_d):
-            # plain's push takes either sign with the seed's noise draw: no number of seeds decides a signed claim
-            # (the page's rule 4 needs a direction the design fixes); what the design shows is SC's share of it
-            share, smaller = float(np.abs(sc_d).sum() / np.abs(plain_d).sum()), int((np.abs(sc_d) < np.abs(plain_d)).sum())
-            status = (f"not decided: the sign of plain's push on log p(EOS) follows each seed's noise draw "
-                      f"({plain_d.min():+.2f} to {plain_d.max():+.2f} nats), so this design cannot decide a signed claim; "
-                      f"exploratory: SC's |Δ log p(EOS)| is {share:.1%} of plain's, smaller at {smaller} of {len(sc_d)} seeds")
-            short_status = f"not decided (its sign follows the noise draw); SC leaves {share:.1%} of plain's, exploratory"
-            return dict(claim=claim, where=where, number=number, status=status,
-                        short=f"{fmt(p['mean'], d=2)} ± {p['ci95']:.2f} nats ({p['n']} seeds, iterated drift)",
-                        short_status=short_status, row=None)
-        if p["mean"] < 0 and status.startswith("not decided"):  # more seeds at this mean would contradict the claim
-            status = status.replace(" would decide it", " would decide it, as contradicted,")
-            status += "; the mean is on the side the claim does not predict (notebook 14's two-sided rule)"
-        short_status = status.split("; the mean is on the side")[0].replace(", at the observed sd", "")  # the page has it
-        return dict(claim=claim, where=where, number=number, status=status,
-                    short=f"{fmt(p['mean'], d=2)} ± {p['ci95']:.2f} nats ({p['n']} seeds, iterated drift)",
-                    short_status=short_status, row=None)
-    if not ld:
-        return dict(claim=claim, where="14", number="–", status="untested here: notebook 14 has not run",
-                    short="–", short_status="untested here", row=None)
-    p, pred, par = ld["primary"], ld["prediction"], ld["parameters"]
-    where = (f"14 · constant reward (E[A] = {par['mean_advantage']:g}), {par['sampler_format']} + σ "
-             f"{par['sampler_noise']:g}, {par['max_new_tokens']} tokens, {par['steps']} steps")
-    if p.get("paired_runs_run", True):
-        number = (f"{fmt(p['mean'])} ± {p['ci95']:.3f} nats ({p['n']} seeds; predicted {fmt(pred['delta'])}, "
-                  f"no-drift band ± {pred['no_drift_half_band']:.3f})")
-        short = f"{fmt(p['mean'], d=2)} ± {p['ci95']:.2f} nats ({p['n']} seeds)"
-        short_status = p["status"]
-    else:
-        pilot = ld["pilot"]
-        number = (f"pilot only ({len(pilot['seeds'])} seeds, descriptive): {fmt(p['mean'])} ± {p['ci95']:.3f} nats; "
-                  f"predicted {fmt(pred['delta'])}; the pilot's sd {pilot['sd']:.2f} nats")
-        short = f"pilot {fmt(p['mean'], d=2)} ± {p['ci95']:.2f} nats ({len(pilot['seeds'])} seeds)"
-        short_status = f"not decided (the design needs {p['seeds_needed']} seeds)"
-    return dict(claim=claim, where=where, number=number, status=p["status"], short=short, short_status=short_status,
-                row=None)
+    p, pred, par = iterated["primary"], iterated["prediction"], iterated["parameters"]
+    where = (f"14 · the drift alone (the expected update iterated, no sampled tokens), {par['sampler_format']} + σ "
+             f"{par['sampler_noise']:g}, lr E[A] = {par['lr'] * par['mean_advantage']:g}, {par['steps']} updates")
+    first = "" if not ld else f"; the first design (sampled training runs): {ld['primary'].get('status', '–')}"
+    number = (f"{fmt(p['mean'])} ± {p['ci95']:.3f} nats ({p['n']} seeds; predicted {fmt(pred['delta'])}, "
+              f"no-drift band ± {pred['no_drift_half_band']:.3f}){first}")
+    short = f"{fmt(p['mean'], d=2)} ± {p['ci95']:.2f} nats ({p['n']} seeds, iterated drift)"
+    status = p["status"]
+    arms = iterated.get("per_arm", {})
+    plain_d = np.array(arms.get("plain", {}).get("d_logp_eos_per_seed", []))
+    sc_d = np.array(arms.get("sc", {}).get("d_logp_eos_per_seed", []))
+    if status.startswith("not decided") and len(plain_d) and plain_d.min() < 0 < plain_d.max() and len(sc_d):
+        share, smaller = float(np.abs(sc_d).sum() / np.abs(plain_d).sum()), int((np.abs(sc_d) < np.abs(plain_d)).sum())
+        status = (f"not decided: the sign of plain's push on log p(EOS) follows each seed's noise draw "
+                  f"({plain_d.min():+.2f} to {plain_d.max():+.2f} nats), so this design cannot decide a signed claim; "
+                  f"exploratory: SC's |Δ log p(EOS)| is {share:.1%} of plain's, smaller at {smaller} of {len(sc_d)} seeds")
+        return dict(claim=claim, where=where, number=number, status=status, short=short, row=None,
+                    short_status=f"not decided (its sign follows the noise draw); SC leaves {share:.1%} of plain's, exploratory")
+    if p["mean"] < 0 and status.startswith("not decided"):  # more seeds at this mean would contradict the claim
+        status = status.replace(" would decide it", " would decide it, as contradicted,")
+        status += "; the mean is on the side the claim does not predict (notebook 14's two-sided rule)"
+    short_status = status.split("; the mean is on the side")[0].replace(", at the observed sd", "")  # the page has it
+    return dict(claim=claim, where=where, number=number, status=status, short=short, short_status=short_status, row=None)
 
 
 def _pct(x, signed=True) -> str:
@@ -860,10 +806,6 @@ def gradient_claims(g, grs: list | None = None) -> list:
     themselves), each with its status under the rule (`gradient_rows`; row: the tested row, which has no "k":
     batches, not seeds × CPU models); then the placebo and the gap against KL, descriptive (no test declared, no
     status, row None). No cell counts."""
-    if g is None or "primary" not in g:
-        return [dict(claim="SC's gradient is closer to the on-policy gradient than MIS's", where="10 · gradient-level test",
-                     number="–", short="–", short_status="untested here", row=None,
-                     status="untested here: notebook 10 has not run at full size yet (notebooks/pending.yaml)")]
     grs = gradient_rows(g) if grs is None else grs
     p = g["parameters"]
     out = []
@@ -923,12 +865,10 @@ README_CLAIMS = ("A mismatched sampler costs plain training reward", "Score cent
                  "A mismatched sampler drifts the completion length")
 
 
-def readme_table(rs=None, cs: list | None = None) -> str:
-    """The README's short form of the claims table (`cs`, claims() when None): claim, where, mean ± 95%, status in
-    a few words. `rs` is accepted for the deck's older call (readme_table(rows)) and ignored: the claims always
-    come from tested_rows()."""
+def readme_table(cs: list) -> str:
+    """The README's short form of the claims table: claim, where, mean ± 95%, status in a few words (README_CLAIMS)."""
     lines = ["| the article's claim | where | paired difference | status |", "|---|---|---|---|"]
-    for c in (claims() if cs is None else cs):
+    for c in cs:
         if not c["claim"].startswith(README_CLAIMS):
             continue
         lines.append(f"| {c['claim']} | {c['where'].split(' · ')[0]} | {c['short']} | {c['short_status']} |")
@@ -963,8 +903,6 @@ def severity_text(rs: list | None = None, slopes: list | None = None) -> str:
     rs = tested_rows() if rs is None else rs
     slopes = slope_rows() if slopes is None else slopes
     d11 = _load("11_severity_slope.json")
-    if not d11:
-        return "Notebook 11 has not run at full size yet (notebooks/pending.yaml)."
     mode = d11["parameters"]["advantage_mode"]
 
     def cell(r):
@@ -1004,8 +942,6 @@ def gradient_text(g, grs: list | None = None) -> str:
     """The gradient section's generated part, from figures/10_gradient_test.json: the primary and the secondaries
     under the rule (`gradient_rows`), beside the notebook's own decision; then, descriptive, bias² and variance in
     the primary cell, the placebo and the gap against KL."""
-    if g is None or "primary" not in g:
-        return "Notebook 10 has not run at full size yet (notebooks/pending.yaml)."
     grs = gradient_rows(g) if grs is None else grs
     p, bv = g["parameters"], g["bias_variance"]
     pr, secs = grs[0], grs[1:]
@@ -1060,24 +996,13 @@ def readme_note(cs: list | None = None) -> str:
     """The README's paragraph after the claims: the headline statuses in words, from the claims' rows."""
     cs = claims() if cs is None else cs
     by = {c["claim"].split(" (")[0]: c["row"] for c in cs}
-    cost, rec = by["A mismatched sampler costs plain training reward"], by["Score centering recovers it"]
-    tis, mis = by["SC matches or beats TIS"], by["SC matches or beats MIS"]
     alone = by["… also under FP8 alone"]
 
     def st(r):
         return short_status(r).replace("**", "")
 
-    if cost["source"] == "13":
-        return _readme_note_13(cs, by, st) + f" Under FP8 alone, the ladder's no-mismatch reference gives plain − bf16 " \
-            f"{_pm(alone)}, {st(alone)}.{_readme_gradient(cs)}{_readme_staleness(cs, st)}"
-
-    return (f"Under the page's rule (each claim in the family its notebook pre-registered; the {cost['k']} CPU models' runs "
-            f"pooled per seed, with a heterogeneity test; margins ±{MARGIN:g}), a mismatched sampler costs plain "
-            f"training reward, plain − bf16 {_pm(cost)} over {cost['n']} seeds (per CPU model: {per_replicate(cost, 2)}): "
-            f"{st(cost)}. Score centering recovers it, SC − plain {_pm(rec)} ({per_replicate(rec, 2)}): {st(rec)}. SC against TIS "
-            f"and MIS (\"matches or beats\": non-inferiority at −{MARGIN:g}): SC − TIS {_pm(tis)}, {st(tis)}; "
-            f"SC − MIS {_pm(mis)}, {st(mis)}. Under FP8 alone, the ladder's no-mismatch reference gives "
-            f"plain − bf16 {_pm(alone)}, {st(alone)}.{_readme_gradient(cs)}")
+    return _readme_note_13(cs, by, st) + f" Under FP8 alone, the ladder's no-mismatch reference gives plain − bf16 " \
+        f"{_pm(alone)}, {st(alone)}.{_readme_gradient(cs)}{_readme_staleness(cs, st)}"
 
 
 def _readme_note_13(cs: list, by: dict, st) -> str:
@@ -1130,9 +1055,7 @@ def _readme_staleness(cs: list, st) -> str:
 
 def _readme_gradient(cs: list) -> str:
     """The README note's sentence on notebook 10's primary, from its claim's row ('' when notebook 10 has not run)."""
-    r = next((c["row"] for c in cs if c["row"] is not None and c["row"].get("key") == "primary"), None)
-    if r is None:
-        return ""
+    r = next(c["row"] for c in cs if c["row"] is not None and c["row"].get("key") == "primary")
     return (f" At the gradient (notebook 10's pre-registered primary, {r['n']} batches), SC's one-update error "
             f"against MIS's is (MSE_SC − MSE_MIS)/MSE_MIS = {_pct(r['rel_gap'])} ± {_pct(r['rel_ci95'], False)} "
             f"(predicted {r['predicted'][0]:.1%} to {r['predicted'][1]:.1%}): {short_status(r, 'batches').replace('**', '')}.")
@@ -1352,12 +1275,6 @@ def made(rs: list | None = None) -> dict:
 
 PAGE_BLOCKS = ("claims", "readme_note", "recovery", "ladder", "forest", "severity", "gradient", "regime")
 README_BLOCKS = ("readme", "findings")
-
-
-def blocks(rs=None) -> dict:
-    """The generated blocks of docs/verdict.md, by name."""
-    m = made(rs)
-    return {k: m[k] for k in PAGE_BLOCKS}
 
 
 def write_blocks(path: Path, made_: dict, kind: str = "verdict") -> None:
