@@ -1223,6 +1223,56 @@ def _drift_share_text() -> str:
     return f"{100 * min(shares):.2f}-{100 * max(shares):.2f}%"
 
 
+def _regime_sentences(g) -> str:
+    """The README's plain sentences on notebook 16 (group-centred advantages), one per question, each worded by its
+    pre-registered rows' status (scrl_min.test_family's, as the notebook saved them): the cost (G1, G1′), the
+    recovery (G2), SC against MIS (G3, G3′) and the pilot's prediction (G4); on the AUC, its primary."""
+    by = {r["id"]: r for r in g["claims"] if r["family"] == "primary (AUC)"}
+    par = g.get("parameters", {})
+
+    def pm(r):
+        return f"{fmt(r['mean'], d=3)} ± {fmt(r['ci95'], False, 3)}"
+
+    def ok(i):
+        return by[i]["p_holm"] < ALPHA
+
+    def against(i):
+        return by[i]["status"] == "contradicted"
+
+    def open_(i):  # an undecided row: the seeds a 0.05 effect would need, at its Holm level
+        n = by[i].get("seeds_at_stated_effect")
+        return "not decided" + (f"; about {n} seeds would decide a 0.05 effect" if n else "")
+
+    c, c0 = by["G1"], by["G1'"]
+    if ok("G1") and ok("G1'"):
+        cost = f"The mismatch costs GRPO a little, less than 0.05 (plain − bf16 {pm(c)}: reproduced, and equivalent within ±{MARGIN:g})."
+    elif ok("G1"):
+        cost = f"The mismatch costs GRPO reward (plain − bf16 {pm(c)}: reproduced)."
+    elif ok("G1'"):
+        cost = (f"The mismatch costs GRPO nothing worth a correction at this scale (plain − bf16 {pm(c)}: "
+                f"equivalent within ±{MARGIN:g}).")
+    else:
+        cost = f"Whether the mismatch costs GRPO anything is not decided (plain − bf16 {pm(c)}; {open_('G1')})."
+    r = by["G2"]
+    rec = (f"Score centering improves on plain (SC − plain {pm(r)}: reproduced)." if ok("G2") else
+           f"Score centering trains worse than plain here (SC − plain {pm(r)}: contradicted)." if against("G2") else
+           f"Score centering's gain over plain is not decided (SC − plain {pm(r)}; {open_('G2')}).")
+    r = by["G3"]
+    vs = (f"SC and MIS are equivalent within ±{MARGIN:g} (SC − MIS {pm(r)})." if ok("G3") else
+          f"SC is non-inferior to MIS at −{MARGIN:g} (SC − MIS {pm(r)}), not shown equivalent." if ok("G3'") else
+          f"SC against MIS is not decided (SC − MIS {pm(r)}; {open_('G3')}).")
+    r = by["G4"]
+    pilot = (f"As notebook 15's one-update error predicted, MIS trains worse than plain (MIS − plain {pm(r)})." if ok("G4")
+             else f"Notebook 15's prediction that MIS trains worse than plain is contradicted (MIS − plain {pm(r)})."
+             if against("G4") else f"Notebook 15's prediction that MIS trains worse than plain is not decided "
+                                   f"(MIS − plain {pm(r)}).")
+    setting = (f"{par['sampler_precision'].upper()} + {par['noise_std']:.0%} weight noise, {par['max_new_tokens']} tokens"
+               if par else "the pilot's sampler")
+    return (f"**Group-centred advantages (the article's GRPO recipe; notebook 16, {c['n']} fresh seeds, pre-registered, "
+            f"{setting}; the mean clean reward over training).** {cost} {rec} {vs} {pilot} At the gradient (notebook 15) "
+            f"the drift is {_drift_share_text()} of one update's error.")
+
+
 def findings() -> str:
     """The README's first-screen findings: a few plain sentences per regime, from notebooks 13 and 16's JSON."""
     c13, c = _load("13_confirmatory.json"), _centred_arms_13()
@@ -1250,13 +1300,7 @@ def findings() -> str:
                    f"{_drift_share_text()} of one update's error. Whether the mismatch costs GRPO anything in "
                    f"training is notebook 16's question: pre-registered, its runs in progress.")
     else:
-        by = {r["id"]: r for r in g["claims"] if r["family"] == "primary (AUC)"}
-        no_cost = by["G1'"]["status"]
-        centred = (f"**Group-centred advantages (the article's GRPO recipe; notebook 16, {by['G1']['n']} fresh seeds, "
-                   f"pre-registered).** plain − bf16 {fmt(by['G1']['mean'], d=3)} ± {fmt(by['G1']['ci95'], False, 3)}: "
-                   f"cost {by['G1']['status']}, no cost {no_cost}; SC − plain "
-                   f"{fmt(by['G2']['mean'], d=3)} ({by['G2']['status']}); SC − MIS {fmt(by['G3']['mean'], d=3)} "
-                   f"({by['G3']['status']}).")
+        centred = _regime_sentences(g)
     return raw + "\n\n" + centred
 
 
@@ -1293,7 +1337,8 @@ def deck_data(rs: list) -> dict:
     """What the deck (slides/journal_club.py) shows, as figures/verdict.json: the rows of the rule (`tested_rows`,
     `slope_rows`, `confirmatory_rows`, `staleness_rows`), each decided row with its short status and its Holm-level
     interval [lower, upper, a] within its family (`holm_interval`; None for a descriptive row or one whose Holm p
-    its notebook gave), the claims (`claims`), and per replicated notebook the folders its seeds pool."""
+    its notebook gave), the claims (`claims`), notebook 16's primary rows in the article's regime (None before its
+    JSON is committed), and per replicated notebook the folders its seeds pool."""
     slopes, c13, st07 = slope_rows(), confirmatory_rows(), staleness_rows()
 
     def extra(rows, family_rows):
@@ -1305,7 +1350,12 @@ def deck_data(rs: list) -> dict:
 
     extra(rs, rs), extra(slopes, slopes), extra(c13, c13), extra(st07, st07)
     cs = claims(rs, slopes, None, c13, st07)
+    g = _load("16_grpo_regime.json")  # the article's regime: notebook 16's primary rows as it saved them
+    regime = None if g is None else dict(parameters=g["parameters"], rows=[
+        dict(r, wording=REGIME_WORDING[r["id"]]) for r in g["claims"]
+        if r["family"] == "primary (AUC)" and r["id"] in REGIME_WORDING])
     return dict(alpha=ALPHA, margin=MARGIN, rows=rs, slopes=slopes, confirmatory=c13, staleness=st07, claims=cs,
+                regime=regime,
                 replicates={src: [str(d.relative_to(REPO)) for d in replicate_dirs(src)] for src in REPLICATED})
 
 

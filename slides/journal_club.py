@@ -346,6 +346,25 @@ else:
         f"{pre['n_seeds']} seeds have finished (`results/13_confirmatory/`), and none has been analysed."))
 
 # %% [markdown] tags=["slide"]
+# ## GRPO's own regime: group-centred advantages (notebook 16)
+
+# %%
+reg = V["regime"]
+if reg:  # notebook 16's pre-registered family on the AUC, Holm within its six hypotheses, as the notebook saved it
+    p16 = reg["parameters"]
+    lines = ["| claim | mean ± 95% | Holm-level interval | Holm p | status |", "|---|---|---|---|---|"]
+    for r in reg["rows"]:
+        name = r["wording"].split(" (")[0].replace("… or costs it nothing worth a correction", "… or nothing (±0.05)")
+        lines.append(f"| {name} | {fmt(r['mean'])} ± {r['ci95']:.3f} | [{r['mean'] - r['ci_holm']:+.3f}, "
+                     f"{r['mean'] + r['ci_holm']:+.3f}] | {p_text(r['p_holm'])} | {r['status']} |")
+    display(Markdown("\n".join(lines)))
+    display(Markdown(f"Every arm with GRPO's ±1 rewards centred in each group; {p16['sampler_precision'].upper()} + "
+                     f"{p16['noise_std']:.0%} weight noise (notebook 15's choice), {len(p16['seeds'])} fresh seeds, "
+                     f"lr {p16['lr']:g}; area under the clean-eval curve."))
+else:
+    pending("figures/16_grpo_regime.json")
+
+# %% [markdown] tags=["slide"]
 # ## Does SC's edge grow with the mismatch? (notebook 11)
 
 # %%

@@ -549,7 +549,18 @@ def test_the_regime_section_collects_notebook_16s_claim_rows(tmp_path, monkeypat
         line = next(l for l in text.splitlines() if l.startswith(f"| {verdict.REGIME_WORDING[i]} |"))
         assert f"{by[i]['mean']:+.3f} ± {by[i]['ci95']:.3f} (40 seeds) | {by[i]['status']}" in line
     findings = verdict.findings()
-    assert "notebook 16, 40 fresh seeds" in findings and "no cost equivalent within ±0.05" in findings
+    assert "notebook 16, 40 fresh seeds" in findings and "costs GRPO nothing worth a correction" in findings
+    assert f"plain − bf16 {by['G1']['mean']:+.3f} ± {by['G1']['ci95']:.3f}: equivalent within ±0.05" in findings
+    assert "SC and MIS are equivalent within ±0.05" in findings
+    # the sentences follow the statuses: a cost that Holm decides, a recovery contradicted
+    for r in rows:
+        r.update(p_holm=1.0, p_opposite_holm=1.0, status="not decided")
+    by["G1"].update(p_holm=0.001, status="reproduced")
+    by["G2"].update(p_opposite_holm=0.001, status="contradicted")
+    path.write_text(json.dumps({"claims": [dict(id=i, family="primary (AUC)", **r) for i, r in zip(ids, rows)]}))
+    findings = verdict.findings()
+    assert "The mismatch costs GRPO reward" in findings and "Score centering trains worse than plain" in findings
+    assert "SC against MIS is not decided" in findings and "about " in findings
 
 
 def test_the_recovery_table_is_notebook_13s_per_seed_values():
