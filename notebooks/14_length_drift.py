@@ -30,28 +30,30 @@
 # `14_length_drift_iterated.{png,json}`; `make reproduce-full` writes them to `figures/`.
 
 # %% [markdown]
-# # 14 · Length drift (claim C7): pre-registration and the one-step prediction
+# ## The pre-registration (commit 778af74, 2026-12-03), quoted
 #
-# *Committed on 2026-12-03 as a pre-registration record, before any training run of its experiment. It becomes
-# `notebooks/14_length_drift` (listed in the README's reading order, with a CI entry) when the constant-reward
-# option and its runs land; until then it lives here, outside the notebook tests.*
-#
-# The article's claim C7: under a mismatched sampler the plain update's drift moves the length of the
-# completions, and score centering (SC) removes that drift. The task's reward pays for length (more
-# distinct names in a longer completion), so the training notebooks cannot tell drift from signal. With
-# a constant reward the signal $\mathrm{Cov}_q(A, s)$ is exactly zero and plain's update is pure drift,
-# $\mathbb{E}_q[A]\,\mu$ at every prefix, so anything that moves the end-of-sequence (EOS) probability
-# is drift.
-#
-# This notebook holds the **design of the paired-seed experiment, written before any run**, and the
-# **prediction from one exact drift step**: computed here without training. The training runs need a
-# constant-reward option in the task (a `TrainConfig` field, hashed only when it differs from its
-# default so that existing run ids do not change). That option is not in `scrl_min` yet, so the runs and
-# their section are not here yet.
-#
-# **Run time and hardware:** CPU only, no GPU; the prediction takes about 2 minutes on 2 CPU cores.
-# The defaults write `runs/figures/14_length_drift.{png,json}`. Run it headless with
-# `python scripts/run_notebooks.py notebooks/14_length_drift.ipynb`.
+# > **14 · Length drift (claim C7): pre-registration and the one-step prediction**
+# >
+# > *Committed on 2026-12-03 as a pre-registration record, before any training run of its experiment. It becomes
+# > `notebooks/14_length_drift` (listed in the README's reading order, with a CI entry) when the constant-reward
+# > option and its runs land; until then it lives here, outside the notebook tests.*
+# >
+# > The article's claim C7: under a mismatched sampler the plain update's drift moves the length of the
+# > completions, and score centering (SC) removes that drift. The task's reward pays for length (more
+# > distinct names in a longer completion), so the training notebooks cannot tell drift from signal. With
+# > a constant reward the signal $\mathrm{Cov}_q(A, s)$ is exactly zero and plain's update is pure drift,
+# > $\mathbb{E}_q[A]\,\mu$ at every prefix, so anything that moves the end-of-sequence (EOS) probability
+# > is drift.
+# >
+# > This notebook holds the **design of the paired-seed experiment, written before any run**, and the
+# > **prediction from one exact drift step**: computed here without training. The training runs need a
+# > constant-reward option in the task (a `TrainConfig` field, hashed only when it differs from its
+# > default so that existing run ids do not change). That option is not in `scrl_min` yet, so the runs and
+# > their section are not here yet.
+# >
+# > **Run time and hardware:** CPU only, no GPU; the prediction takes about 2 minutes on 2 CPU cores.
+# > The defaults write `runs/figures/14_length_drift.{png,json}`. Run it headless with
+# > `python scripts/run_notebooks.py notebooks/14_length_drift.ipynb`.
 
 # %% [markdown]
 # ## Parameters
