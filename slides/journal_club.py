@@ -488,8 +488,9 @@ display(Markdown(stale_text + " Length (14): the drift alone; its sign follows e
 #
 # - **Scale**: k = 128 is 6% of this vocabulary, 0.1% of a 150k one; real FP8 weights, long sequences and the
 #   article's recipe need a GPU and a real model.
-# - **Realistic advantages**: group-centred advantages remove the drift at the first token only; no training-reward
-#   difference was resolved under them (notebook 06, 3 seeds).
+# - **Realistic advantages, one setting**: notebook 16 tests the article's regime at one sampler (FP8 + 20% weight
+#   noise), 24-token completions, one model size and one lr; longer completions, where public measurements find a
+#   larger mismatch, are untested.
 # - **Against a baseline**: notebook 13's group baseline, no correction, beats SC by far; SC's edge is over
 #   REINFORCE without one.
 #
