@@ -1246,8 +1246,12 @@ def _regime_sentences(g) -> str:
     c, c0 = by["G1"], by["G1'"]
     if ok("G1") and ok("G1'"):
         cost = f"The mismatch costs GRPO a little, less than 0.05 (plain − bf16 {pm(c)}: reproduced, and equivalent within ±{MARGIN:g})."
+    elif ok("G1") and against("G1'"):
+        cost = f"The mismatch costs GRPO more than {MARGIN:g} (plain − bf16 {pm(c)}: reproduced, and outside ±{MARGIN:g})."
     elif ok("G1"):
         cost = f"The mismatch costs GRPO reward (plain − bf16 {pm(c)}: reproduced)."
+    elif against("G1"):
+        cost = f"The mismatched sampler trains better than the reference here (plain − bf16 {pm(c)}: contradicted)."
     elif ok("G1'"):
         cost = (f"The mismatch costs GRPO nothing worth a correction at this scale (plain − bf16 {pm(c)}: "
                 f"equivalent within ±{MARGIN:g}).")
@@ -1259,6 +1263,8 @@ def _regime_sentences(g) -> str:
            f"Score centering's gain over plain is not decided (SC − plain {pm(r)}; {open_('G2')}).")
     r = by["G3"]
     vs = (f"SC and MIS are equivalent within ±{MARGIN:g} (SC − MIS {pm(r)})." if ok("G3") else
+          f"SC trains worse than MIS by more than {MARGIN:g} (SC − MIS {pm(r)})." if against("G3'") else
+          f"SC beats MIS by more than {MARGIN:g} (SC − MIS {pm(r)})." if ok("G3'") and against("G3") else
           f"SC is non-inferior to MIS at −{MARGIN:g} (SC − MIS {pm(r)}), not shown equivalent." if ok("G3'") else
           f"SC against MIS is not decided (SC − MIS {pm(r)}; {open_('G3')}).")
     r = by["G4"]
