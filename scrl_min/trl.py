@@ -11,7 +11,7 @@ term for each `loss_type`. Together they have the gradient of
 without a second pass over the vocabulary: log p(v) = log p(y_t) + (z_v − z_y) / T, from TRL's own log p(y_t) (read
 from its fused head's forward, with the softmax's gradient) and the logits at the k + 1 ids, a sampled sparse product
 of the completion's hidden states and the LM head (`head_logprobs_from_sampled`; `centering_head_logprobs` for the
-rare ill-conditioned rows; tests/test_trl_head.py, scripts/bench_trl_head.py). Where TRL's head computes in a reduced
+rare ill-conditioned rows; tests/test_trl_head.py, scripts/bench/bench_trl_head.py). Where TRL's head computes in a reduced
 dtype (`bf16=True`, a bf16 model), log p(y_t)'s value is moved to the float32 softmax's from the same k + 1 logits
 (`float32_logp_shift`), so Σ_H p and ρ = (1 − Σ_H q)/(1 − Σ_H p) do not carry bf16's ~1e-2 nats divided by the tail
 (tests/test_trl_bf16.py; docs/trl.md, "Precision: what is exact, and what it costs").

@@ -178,3 +178,22 @@ def test_model_path_follows_the_environment_variable(tmp_path):
     assert run({**env, "SCRL_MIN_MODEL": other}) == [other, other]
     default = str(Path(scrl_min.__file__).resolve().parent.parent / "models" / "qwen3-tiny-code")
     assert run(env) == [default, default]
+
+
+def test_no_script_imports_from_tests_and_benchmarks_live_in_scripts_bench():
+    """Scripts, the deck and the benchmarks import scrl_min and libraries, never the test suite (its fakes and
+    oracles are the tests' own); every benchmark script sits in scripts/bench/. The one exception is
+    scripts/gpu_check.py, the test suite's GPU leg (it runs tests/test_trl.py's reference on the device machine)."""
+    sources = [p for p in sorted((REPO / "scripts").rglob("*.py")) + sorted((REPO / "slides").glob("*.py"))
+               if p.name != "gpu_check.py"]
+    assert len(sources) > 5
+    for path in sources:
+        src = path.read_text()
+        tree = ast.parse(src)
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert not any(m.split(".")[0] in ("tests", "conftest", "vllm_fakes") or m.startswith("test_") for m in names), \
+            f"{path.relative_to(REPO)} imports from the test suite: {sorted(names)}"
+        assert '/ "tests"' not in src and "'tests'" not in src, f"{path.relative_to(REPO)} puts tests/ on its path"
+    assert not list((REPO / "scripts").glob("bench*.py")), "benchmark scripts belong in scripts/bench/"
+    assert (REPO / "scripts" / "bench" / "bench_step.py").is_file()

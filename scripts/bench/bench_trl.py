@@ -17,7 +17,7 @@ two TRL arms swap places every other round), so that load from other jobs on the
 first round is a warm-up and dropped; the per-arm number is the median over the other rounds (all steps are in the
 JSON, with the minor page faults each step took). Results go to stdout and to --out.
 
-    OMP_NUM_THREADS=1 python scripts/bench_trl.py --out figures/bench_trl.json
+    OMP_NUM_THREADS=1 python scripts/bench/bench_trl.py --out figures/bench_trl.json
 
 glibc's malloc returns freed memory at the top of its heap to the OS once it exceeds a threshold, and serves large
 blocks from fresh mmap'd pages until its dynamic threshold rises; each fresh page costs a minor fault when first
@@ -26,7 +26,7 @@ the heap's layout, which every allocation moves: from about 15,000 to over 100,0
 faults (`_paired_stats`). Fixing the thresholds makes every arm reuse its memory (glibc's own settings, recorded under
 "allocator" in the JSON; docs/benchmarks.md has both runs):
 
-    MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=4294967296 OMP_NUM_THREADS=1 python scripts/bench_trl.py
+    MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=4294967296 OMP_NUM_THREADS=1 python scripts/bench/bench_trl.py
 """
 from __future__ import annotations
 

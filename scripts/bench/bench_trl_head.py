@@ -26,13 +26,13 @@ number is the median over reps of trl_sc / trl (and the mean of those per-rep ra
 rep one unit). Peak memory: each arm once more in a fresh subprocess, its peak RSS
 (VmHWM, reset once the inputs exist) above the inputs. The 1-minute load average before and after is recorded.
 
-    OMP_NUM_THREADS=2 python scripts/bench_trl_head.py --reps 6 --out figures/bench_trl_head.json
-    OMP_NUM_THREADS=2 python scripts/bench_trl_head.py --reps 12 --arms trl,trl_sc,sc_only --out figures/bench_trl_head_r12.json
-    OMP_NUM_THREADS=2 python scripts/bench_trl_head.py --reps 2 --arms trl,trl_sc_old   (the earlier path)
-    OMP_NUM_THREADS=2 python scripts/bench_trl_head.py --reps 3 --dtype bf16 --out figures/bench_trl_head_bf16.json
-    OMP_NUM_THREADS=2 python scripts/bench_trl_head.py --reps 3 --dtype autocast --out figures/bench_trl_head_autocast.json
+    OMP_NUM_THREADS=2 python scripts/bench/bench_trl_head.py --reps 6 --out figures/bench_trl_head.json
+    OMP_NUM_THREADS=2 python scripts/bench/bench_trl_head.py --reps 12 --arms trl,trl_sc,sc_only --out figures/bench_trl_head_r12.json
+    OMP_NUM_THREADS=2 python scripts/bench/bench_trl_head.py --reps 2 --arms trl,trl_sc_old   (the earlier path)
+    OMP_NUM_THREADS=2 python scripts/bench/bench_trl_head.py --reps 3 --dtype bf16 --out figures/bench_trl_head_bf16.json
+    OMP_NUM_THREADS=2 python scripts/bench/bench_trl_head.py --reps 3 --dtype autocast --out figures/bench_trl_head_autocast.json
     (the same two with --out figures/bench_trl_head_bf16_quiet.json / _autocast_quiet.json: the runs on a quiet machine)
-    THP_MEM_ALLOC_ENABLE=1 OMP_NUM_THREADS=2 python scripts/bench_trl_head.py --out figures/bench_trl_head_thp.json
+    THP_MEM_ALLOC_ENABLE=1 OMP_NUM_THREADS=2 python scripts/bench/bench_trl_head.py --out figures/bench_trl_head_thp.json
 
 THP_MEM_ALLOC_ENABLE=1 is PyTorch's own switch (since 2.2) for allocating CPU tensors of 2 MB and more on transparent
 huge pages (madvise): a fresh (V × H) buffer then costs one page fault per 2 MB instead of one per 4 kB. The result

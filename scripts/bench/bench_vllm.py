@@ -1,6 +1,6 @@
 """What returning top-k log-probs costs a vLLM sampler, on the embedded model.
 
-    python scripts/bench_vllm.py --out runs/bench_vllm.json        (~1 min on 2 CPU cores)
+    python scripts/bench/bench_vllm.py --out runs/bench_vllm.json        (~1 min on 2 CPU cores)
 
 Measures, on one in-process bf16 engine:
   1. head extraction: vLLM's per-token log-probs → the dense (B, T, k) Rollout tensors, tokens/s,
@@ -29,8 +29,21 @@ import torch
 import scrl_min
 from scrl_min import DEFAULT_MODEL_PATH, load_policy, VLLMSampler, dense_from_flat
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from vllm_fakes import dense_from_dicts  # noqa: E402  (the per-entry reference path, now a test oracle)
+from scrl_min.vllm_engine import _check_lengths, _empty_dense  # noqa: E402  (the tensors dense_from_flat fills)
+
+
+def dense_from_dicts(seqs: list, B: int, T: int, k: int, pad_id: int):
+    """The baseline this benchmark times `dense_from_flat` against: vLLM's per-position {id: Logprob} dicts read one
+    entry at a time (the sampler's reference path before the flat arrays; tests/vllm_fakes.py keeps the checked
+    oracle, with its errors). seqs: B completions of at most T tokens; returns dense_from_flat's five tensors."""
+    ids, cmask, logq, head_ids, head_logp = _empty_dense(B, T, k, pad_id)
+    _check_lengths(seqs, T)
+    for b, s in enumerate(seqs):
+        for t, (y, row) in enumerate(zip(s.token_ids, s.logprobs)):
+            ids[b, t], cmask[b, t], logq[b, t] = y, True, row[y].logprob
+            for j, (v, tid) in enumerate(sorted(((v.logprob, i) for i, v in row.items()), key=lambda e: (-e[0], e[1]))[:k]):
+                head_logp[b, t, j], head_ids[b, t, j] = v, (tid if v != float("-inf") else 0)
+    return ids, cmask, logq, head_ids, head_logp
 
 
 def median_time(fn, repeats):

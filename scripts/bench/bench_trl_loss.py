@@ -1,6 +1,6 @@
 """The centering's own work inside TRL's loss, piece by piece, on one fixed batch (a benchmark, not a test).
 
-`scripts/bench_trl.py` times whole steps, where a step's page faults and the machine's load move each arm by more
+`scripts/bench/bench_trl.py` times whole steps, where a step's page faults and the machine's load move each arm by more
 than the centering costs. This times only what `ScoreCenteringGRPOTrainer._compute_loss` adds to TRL's loss, on one
 batch of bench_trl.py's setting (the embedded model in float32, 8 prompts × 4 completions × 24 tokens, the FP8
 TorchSampler with σ = 0.1), from the backbone's hidden states and log p(y) of one forward computed once:
@@ -15,7 +15,7 @@ TorchSampler with σ = 0.1), from the backbone's hidden states and log p(y) of o
 Each is the median of --reps calls after 5 warm-up calls, in milliseconds, for every k of --k; TRL's own step time to
 compare with is in figures/bench_trl.json (`trl_plain.step_s`).
 
-    OMP_NUM_THREADS=1 python scripts/bench_trl_loss.py --out figures/bench_trl_loss.json
+    OMP_NUM_THREADS=1 python scripts/bench/bench_trl_loss.py --out figures/bench_trl_loss.json
 """
 from __future__ import annotations
 

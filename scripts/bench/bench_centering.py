@@ -12,7 +12,7 @@ Timing: the two arms alternate in one process, median of --reps runs each (after
 Peak memory: each arm again in a fresh subprocess: the kernel's peak-RSS counter (VmHWM) is reset
 once the inputs exist (/proc/self/clear_refs), so the number is the step's own peak above them. Results go to stdout and to --out as JSON.
 
-    OMP_NUM_THREADS=2 python scripts/bench_centering.py --out figures/bench_centering.json
+    OMP_NUM_THREADS=2 python scripts/bench/bench_centering.py --out figures/bench_centering.json
 """
 import argparse
 import json

