@@ -1274,9 +1274,16 @@ def _regime_sentences(g) -> str:
                                    f"(MIS − plain {pm(r)}).")
     setting = (f"{par['sampler_precision'].upper()} + {par['noise_std']:.0%} weight noise, {par['max_new_tokens']} tokens"
                if par else "the pilot's sampler")
+    level = ""
+    if "per_arm" in g:
+        level = (f" For scale: the reference (bf16) averages {np.mean(g['per_arm']['bf16']['auc_per_seed']):.2f} over "
+                 f"training, plain {np.mean(g['per_arm']['plain']['auc_per_seed']):.2f}.")
+    c13 = _centred_arms_13()
     return (f"**Group-centred advantages (the article's GRPO recipe; notebook 16, {c['n']} fresh seeds, pre-registered, "
-            f"{setting}; the mean clean reward over training).** {cost} {rec} {vs} {pilot} At the gradient (notebook 15) "
-            f"the drift is {_drift_share_text()} of one update's error.")
+            f"{setting}; the mean clean reward over training).** {cost} {rec} {vs} {pilot}{level} At the gradient "
+            f"(notebook 15) the drift is {_drift_share_text()} of one update's error; in notebook 13 a group baseline "
+            f"alone, on the σ 0.1 sampler, already trained far better than every raw-reward arm ({c13['baseline_auc']:.2f} "
+            f"against SC's {c13['sc_auc']:.2f}).")
 
 
 def findings() -> str:
