@@ -1001,8 +1001,11 @@ def readme_note(cs: list | None = None) -> str:
     def st(r):
         return short_status(r).replace("**", "")
 
+    g = _load("16_grpo_regime.json")
+    regime = "" if g is None else (f" In the article's own regime, group-centred advantages (notebook 16, its section "
+                                   f"below): {_regime_sentences(g, cost_only=True)}")
     return _readme_note_13(cs, by, st) + f" Under FP8 alone, the ladder's no-mismatch reference gives plain − bf16 " \
-        f"{_pm(alone)}, {st(alone)}.{_readme_gradient(cs)}{_readme_staleness(cs, st)}"
+        f"{_pm(alone)}, {st(alone)}.{_readme_gradient(cs)}{_readme_staleness(cs, st)}{regime}"
 
 
 def _readme_note_13(cs: list, by: dict, st) -> str:
@@ -1223,10 +1226,11 @@ def _drift_share_text() -> str:
     return f"{100 * min(shares):.2f}-{100 * max(shares):.2f}%"
 
 
-def _regime_sentences(g) -> str:
+def _regime_sentences(g, cost_only: bool = False) -> str:
     """The README's plain sentences on notebook 16 (group-centred advantages), one per question, each worded by its
     pre-registered rows' status (scrl_min.test_family's, as the notebook saved them): the cost (G1, G1′), the
-    recovery (G2), SC against MIS (G3, G3′) and the pilot's prediction (G4); on the AUC, its primary."""
+    recovery (G2), SC against MIS (G3, G3′) and the pilot's prediction (G4); on the AUC, its primary. cost_only: the
+    cost's sentence alone (the page's opening paragraph)."""
     by = {r["id"]: r for r in g["claims"] if r["family"] == "primary (AUC)"}
     par = g.get("parameters", {})
 
@@ -1257,6 +1261,8 @@ def _regime_sentences(g) -> str:
                 f"equivalent within ±{MARGIN:g}).")
     else:
         cost = f"Whether the mismatch costs GRPO anything is not decided (plain − bf16 {pm(c)}; {open_('G1')})."
+    if cost_only:
+        return cost
     r = by["G2"]
     rec = (f"Score centering improves on plain (SC − plain {pm(r)}: reproduced)." if ok("G2") else
            f"Score centering trains worse than plain here (SC − plain {pm(r)}: contradicted)." if against("G2") else

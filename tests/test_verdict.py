@@ -552,6 +552,7 @@ def test_the_regime_section_collects_notebook_16s_claim_rows(tmp_path, monkeypat
     assert "notebook 16, 40 fresh seeds" in findings and "costs GRPO nothing worth a correction" in findings
     assert f"plain − bf16 {by['G1']['mean']:+.3f} ± {by['G1']['ci95']:.3f}: equivalent within ±0.05" in findings
     assert "SC and MIS are equivalent within ±0.05" in findings
+    assert "In the article's own regime" in verdict.readme_note() and "costs GRPO nothing" in verdict.readme_note()
     # the sentences follow the statuses: a cost that Holm decides, a recovery contradicted
     for r in rows:
         r.update(p_holm=1.0, p_opposite_holm=1.0, status="not decided")
