@@ -78,6 +78,7 @@ def test_deck_builds_offline_with_the_verdicts_numbers(built_deck):
     # a 30-minute journal club wants 10-17 (the reward verdict is two slides, one message each, since its 11 rows ran
     # off a 720 px slide; the article's regime, notebook 16, has its own)
     assert 10 <= slides <= 17, f"{slides} slides: a 30-minute journal club wants 10-17"
+    assert f"a {slides}-slide journal-club deck" in (REPO / "README.md").read_text(), "the README's slide count is stale"
     # offline: no script, stylesheet or image from elsewhere (CSS comments may name a site)
     external = re.findall(r"""(?:src|href)\s*=\s*["'](https?:)?//""", html)
     assert not external, "the deck loads something from the network"
