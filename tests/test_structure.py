@@ -80,7 +80,7 @@ def test_all_is_what_the_notebooks_and_scripts_use():
     """`__all__` lists exactly the names notebooks (their jupytext .py) and scripts import from `scrl_min`,
     and every one of them is importable."""
     used = set()
-    for path in [*sorted((REPO / "notebooks").glob("*.py")), *sorted((REPO / "scripts").glob("*.py"))]:
+    for path in [*sorted((REPO / "notebooks").glob("*.py")), *sorted((REPO / "scripts").rglob("*.py"))]:
         used |= names_imported_from_scrl_min(path)
     used = {n for n in used if not n.startswith("__")} - {"trl"}  # trl: a submodule, imported on its own
     missing = sorted(n for n in used if not hasattr(scrl_min, n))
