@@ -362,7 +362,17 @@ def _check_05(figs):
     assert "score_centering/head_mass_q" in trl["curves"]["sc"] and "score_centering/loss" not in trl["curves"]["plain"]
 
 
-CI_CHECKS = {"02": _check_02, "03": _check_03, "04": _check_04, "05": _check_05}
+def _check_10(figs):
+    # 10: the primary's and S1-S3's per-batch D_b and M_b are saved, and the mean, sd, relative gap, p and the robust
+    # check follow from them (tests/test_gradient_json.py, whose checks these are)
+    from test_gradient_json import check_robust, check_summaries  # pytest puts tests/ on sys.path
+
+    g = json.loads((figs / "10_gradient_test.json").read_text())
+    check_summaries(g)
+    check_robust(g)
+
+
+CI_CHECKS = {"02": _check_02, "03": _check_03, "04": _check_04, "05": _check_05, "10": _check_10}
 
 
 def _ci_run_class(path):
