@@ -556,10 +556,12 @@ def print_heterogeneity(title: str, rows: list, kinds: dict) -> None:
 #
 # The rule is `scrl_min.test_family` (defined once, in `scrl_min/stats.py`, for every pre-registered notebook): one
 # paired t test per hypothesis over seeds (the pre-registration's four kinds: one-sided, TOST, non-inferiority), then
-# Holm's step-down over the family, with the Holm-level intervals and the statuses declared above. The seed count
-# that would decide an undecided row: the smallest n with (t_{1−a, n−1} + t_{0.8, n−1}) · sd / √n ≤ effect, where
-# effect is how far the observed mean lies beyond the null's edge (80% power at Holm's level a for this row, if the
-# observed mean and sd were the truth).
+# Holm's step-down over the family, with the Holm-level intervals and the statuses declared above. The seeds that
+# would decide an undecided row (`scrl_min.seeds_to_decide`, 80% power at Holm's level a for the row, with its
+# observed sd; TOST counts both one-sided tests): stored at a 0.05 effect beyond the null's edge
+# (`seeds_at_stated_effect`, the planning number the verdict page quotes) and at the observed mean
+# (`seeds_to_decide`, optimistic for an undecided row). The first count was added on 2026-12-07 by a rerun from the
+# same run records; no p, interval or status changed.
 
 # %%
 def print_family(title: str, rows: list) -> None:

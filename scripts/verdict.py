@@ -13,7 +13,7 @@ The rule (docs/verdict.md, "The inference rule"), as this file applies it:
 4. Holm's correction runs within the family the row's notebook pre-registered (`FAMILIES`), never over the page:
    the page-wide correction is a sensitivity column (`page_holm`);
 5. a status follows (`decide`): reproduced / equivalent within ±0.05 / non-inferior / contradicted / not decided,
-   with the seeds that would decide it (`seeds_needed`).
+   with the seeds that would decide it (`stated_seeds`).
 
 `tested_rows()` makes the rows, `claims()` the claims table, `holm_interval` a row's Holm-level interval (the
 deck's). Notebook 10's gradient tests (`gradient_rows`) are its pre-registered primary (a family of one) and its three
@@ -40,13 +40,14 @@ from scrl_min import holm, mean_ci95, p_text  # noqa: E402  (the scaffold's stat
 from scrl_min.stats import ALPHA, MARGIN  # noqa: E402  (the rule's margin and family-wise level, defined once)
 from scrl_min.stats import holm_interval as rule_interval, pool_replicates  # noqa: E402
 from scrl_min.stats import paired_test as rule_test, replicate_heterogeneity as heterogeneity_p  # noqa: E402
+from scrl_min.stats import seeds_to_decide  # noqa: E402
 
 FIG = REPO / "figures"
 PAGE = REPO / "docs" / "verdict.md"
 README = REPO / "README.md"
 REPLICATES = FIG / "replicates"  # <cpu>/: the same notebooks, code and seeds run on another CPU model (a replicate)
 
-POWER = 0.80  # the power at which `seeds_needed` counts the seeds that would decide a claim
+POWER = 0.80  # the power at which `seeds_to_decide` counts the seeds that would decide a claim
 
 # The test each wording needs (docs/verdict.md, "The inference rule", item 4): name → how the page writes it
 KINDS = {"greater": "one-sided (> 0)", "less": "one-sided (< 0)", "noninferior": f"non-inferiority at −{MARGIN:g}",
@@ -125,48 +126,6 @@ def paired_test(units, kind: str, margin: float = MARGIN) -> dict:
                 p_opposite=None if opp is None else float(opp))
 
 
-def seeds_needed(mean: float, sd: float, kind: str, level: float, margin: float = MARGIN, power: float = POWER,
-                 n_max: int = 100_000) -> int | None:
-    """The smallest number of seeds n ≥ 2 at which the claim's test at `level` (one-sided) has `power`, if the
-    true paired difference were `mean` and its per-seed standard deviation `sd`; normal approximation with the
-    t quantile: power = Φ(Δ √n / sd − t_{1−level, n−1}), with Δ = mean (greater), −mean (less), mean + M
-    (noninferior); for equivalence (TOST) power = Φ((M − mean)√n/sd − t) + Φ((M + mean)√n/sd − t) − 1.
-    None when the mean lies on the wrong side of the claim's threshold (no n decides it at this effect), or
-    when n_max seeds do not reach `power`. Raises ValueError for a two-sided kind (no claim to decide)."""
-    from scipy import stats
-
-    if kind == "greater":
-        delta = mean
-    elif kind == "less":
-        delta = -mean
-    elif kind == "noninferior":
-        delta = mean + margin
-    elif kind == "equivalent":
-        delta = margin - abs(mean)
-    else:
-        raise ValueError(f"seeds_needed decides a claim; {kind!r} is not one of greater, less, noninferior, equivalent")
-    if delta <= 0:
-        return None
-    if sd == 0:
-        return 2
-
-    def pw(n):
-        c, s = stats.t.ppf(1 - level, n - 1), sd / math.sqrt(n)
-        if kind == "equivalent":
-            return stats.norm.cdf((margin - mean) / s - c) + stats.norm.cdf((margin + mean) / s - c) - 1
-        return stats.norm.cdf(delta / s - c)
-
-    lo, hi = 2, 2
-    while pw(hi) < power:  # double, then bisect: power grows with n
-        lo, hi = hi, hi * 2
-        if hi > n_max:
-            return None
-    while lo < hi:
-        mid = (lo + hi) // 2
-        lo, hi = (mid + 1, hi) if pw(mid) < power else (lo, mid)
-    return lo
-
-
 def decide(kind: str, p_holm: float, p_opposite_holm: float | None, alpha: float = ALPHA) -> str:
     """A claim's status from its Holm-adjusted p and the Holm-adjusted p of the opposite test, within its family:
     'reproduced' (greater / less), 'equivalent within ±0.05' (equivalent), 'non-inferior' (noninferior) when
@@ -192,9 +151,8 @@ def wins(units, kind: str, margin: float = MARGIN) -> int:
 
 def apply_holm(rs: list, alpha: float = ALPHA) -> list:
     """Holm within each row's family (rows with family None are descriptive: no correction, no status). Adds
-    p_holm, p_opposite_holm, m (the family's size), status and seeds (seeds_needed at the family's strictest
-    Holm level α/m) to every row; a row that carries its notebook's own Holm p (`p_holm_given`, notebook 06)
-    keeps it. Returns rs."""
+    p_holm, p_opposite_holm, m (the family's size), status and seeds (`stated_seeds`) to every row; a row that
+    carries its notebook's own Holm p (`p_holm_given`, notebook 06) keeps it. Returns rs."""
     fams = {}
     for r in rs:
         if r["family"] is not None:
@@ -211,9 +169,32 @@ def apply_holm(rs: list, alpha: float = ALPHA) -> list:
             r.update(p_holm=None, p_opposite_holm=None, m=None, status="", seeds=None)
             continue
         r["status"] = decide(r["kind"], r["p_holm"], r["p_opposite_holm"], alpha)
-        r["seeds"] = (seeds_needed(r["mean"], r["sd"], r["kind"], alpha / r["m"])
-                      if r["status"] == "not decided" else None)
+        r["seeds"] = stated_seeds(r, rs, alpha) if r["status"] == "not decided" else None
     return rs
+
+
+def stated_seeds(r: dict, rs: list, alpha: float = ALPHA) -> dict:
+    """The seeds (batches, for notebook 10) that would decide an undecided row: `scrl_min.seeds_to_decide` at 80%
+    power, at the row's Holm level (the step it is tested at; α/m for a row whose Holm p its notebook gave), with the
+    row's per-seed sd, at its stated effect: the row's `stated_effect` (one value or a range, with `effect_label`)
+    where it has one (notebook 10: the predicted gap), else the margin beyond the null's edge (a true mean of 0 for
+    an equivalence row) for rows in reward units, and the observed mean for notebook 11's slopes, which declared no
+    effect (an optimistic count). Returns {n: [counts, None where no count reaches the power], label, level}."""
+    level = alpha / r["m"] if "p_holm_given" in r else holm_interval(r, rs, alpha)[2]
+    observed = {"greater": r["mean"], "less": -r["mean"], "noninferior": r["mean"] + MARGIN,
+                "equivalent": MARGIN - abs(r["mean"])}[r["kind"]]
+    if "stated_effect" in r:
+        effects, label = r["stated_effect"], r["effect_label"]
+    elif r["family"].startswith("11 slopes"):
+        effects = [observed]
+        label = f"if the true slope were the observed {fmt(r['mean'])}, no effect having been declared"
+    else:
+        effects = [MARGIN]
+        label = (f"if the true difference were 0 (TOST within ±{MARGIN:g})" if r["kind"] == "equivalent"
+                 else f"at a {MARGIN:g} effect beyond {THRESHOLD[r['kind']]}")
+    tost = MARGIN if r["kind"] == "equivalent" else None
+    return dict(n=[seeds_to_decide(r["sd"], e, level, POWER, equivalence_margin=tost) for e in effects],
+                label=label, level=level)
 
 
 def holm_interval(r: dict, rs: list, alpha: float = ALPHA) -> tuple:
@@ -526,7 +507,10 @@ def gradient_rows(g) -> list:
                         n=n, p=float(t_dist.sf(-t, n - 1)), p_opposite=float(t_dist.sf(t, n - 1)), p_notebook=c["p"],
                         p_holm_notebook=c.get("p_holm"), rel_gap=c["rel_gap"], rel_ci95=c["rel_ci95"],
                         predicted=list(c["predicted_rel_gap"]), kl=c["kl"], other=other,
-                        power=g.get("prediction", {}).get("power", {}).get(power_key), decision=c.get("decision")))
+                        power=g.get("prediction", {}).get("power", {}).get(power_key), decision=c.get("decision"),
+                        stated_effect=[-gap * c["mse_b"] for gap in c["predicted_rel_gap"]],
+                        effect_label=f"at the predicted gap, {-c['predicted_rel_gap'][0]:.1%} to "
+                                     f"{-c['predicted_rel_gap'][1]:.1%} of MSE_{other} (2-3 × KL)"))
     return apply_holm(out)
 
 
@@ -549,14 +533,45 @@ def _find(rs, source, contrast, setting_prefix=None):
     return None
 
 
+THRESHOLD = {"greater": "0", "less": "0", "noninferior": f"−{MARGIN:g}", "equivalent": f"±{MARGIN:g}"}
+
+
+def _count(seeds: dict) -> str | None:
+    """'N' or 'N1-N2' from `stated_seeds`' counts ('N1 to more than 100,000' where one does not reach the power);
+    None when no count does."""
+    ns = [n for n in seeds["n"] if n is not None]
+    if not ns:
+        return None
+    if len(ns) < len(seeds["n"]):
+        return f"{min(ns):,} to more than 100,000"
+    return f"{ns[0]:,}" if len(set(ns)) == 1 else f"{min(ns):,}-{max(ns):,}"
+
+
+def _wrong_side(r) -> bool:
+    """The estimate lies on the far side of the claim's threshold (for TOST: outside the margin)."""
+    return {"greater": r["mean"] <= 0, "less": r["mean"] >= 0, "noninferior": r["mean"] <= -MARGIN,
+            "equivalent": abs(r["mean"]) >= MARGIN}[r["kind"]]
+
+
+def _powered(r) -> bool:
+    """The row ran at least the units its stated effect needs (every count of a range)."""
+    return all(n is not None and n <= r["n"] for n in r["seeds"]["n"])
+
+
 def _seeds_text(r, unit="seeds") -> str:
-    """The not-decided reason: the seeds that would decide it, or why no number would."""
-    if r["seeds"] is not None and r["seeds"] > 1000:
-        return f"more than 1000 {unit} (sd over {unit} {r['sd']:.3f})"
-    if r["seeds"] is not None:
-        return f"{r['seeds']} {unit} would decide it (80% power at Holm's α/{r['m']}, sd over {unit} {r['sd']:.3f})"
-    threshold = {"greater": "0", "less": "0", "noninferior": f"−{MARGIN:g}", "equivalent": f"±{MARGIN:g}"}[r["kind"]]
-    return f"no number of {unit} at this estimate (it lies on the wrong side of {threshold})"
+    """The not-decided reason: where the estimate lies, and the seeds that would decide the row at its stated
+    effect (`stated_seeds`)."""
+    n, sd = _count(r["seeds"]), f"sd over {unit} {r['sd']:.3f}"
+    at = f"(80% power at its Holm level {r['seeds']['level']:.3g}, {sd})"
+    if n is None:
+        return f"no number of {unit} at this estimate (it lies on the wrong side of {THRESHOLD[r['kind']]}; {sd})"
+    if _wrong_side(r):
+        return (f"its estimate lies on the wrong side of {THRESHOLD[r['kind']]}; {n} {unit} would decide it "
+                f"{r['seeds']['label']} {at}")
+    if _powered(r):
+        return (f"its {r['n']} {unit} had 80% power {r['seeds']['label']} ({n} would do), so the effect is likely "
+                f"smaller {at}")
+    return f"{n} {unit} would decide it {r['seeds']['label']} {at}"
 
 
 def status_text(r, unit="seeds") -> str:
@@ -574,9 +589,15 @@ def status_text(r, unit="seeds") -> str:
 def short_status(r, unit="seeds") -> str:
     """The README's status in a few words."""
     st = r["status"]
-    n = None if r["seeds"] is None else "more than 1000" if r["seeds"] > 1000 else r["seeds"]
-    text = (f"not decided ({n} {unit} would)" if st == "not decided" and n is not None
-            else st if st == "not decided" else f"**{st}**")
+    n = None if r["seeds"] is None else _count(r["seeds"])
+    if st != "not decided":
+        text = f"**{st}**"
+    elif n is None or _wrong_side(r):
+        text = f"not decided (estimate on the wrong side of {THRESHOLD[r['kind']]})"
+    elif _powered(r):
+        text = "not decided (powered for the stated effect: smaller if any)"
+    else:
+        text = f"not decided ({n} {unit} would)"
     if FAMILIES[r["family"]][1]:
         text = f"exploratory; {text}"
     if r.get("het_p") is not None and r["het_p"] < 0.05:
@@ -1187,6 +1208,16 @@ def recovery_text() -> str:
     return "\n".join(lines)
 
 
+def row_status(r: dict) -> str:
+    """A notebook's claim row (`scrl_min.test_family`) as the page writes its status: undecided rows add the seeds
+    that would decide them at the margin beyond the null's edge (a true difference of 0 for an equivalence row)."""
+    n = r.get("seeds_at_stated_effect")
+    if r["status"] != "not decided" or n is None:
+        return r["status"]
+    at = "a true difference of 0" if r["test"] == "equivalent" else f"a {MARGIN:g} effect"
+    return f"not decided ({n:,} seeds would decide it at {at})"
+
+
 def regime_text() -> str:
     """The verdict page's section on the article's regime: notebook 16's primary rows when its JSON is committed
     (else a line saying it is pre-registered and running), then notebook 13's centred arms, A7 with what it mixes."""
@@ -1200,9 +1231,8 @@ def regime_text() -> str:
         lines += ["| the article's claim, group-centred advantages | paired difference (AUC) | status |", "|---|---|---|"]
         for r in g["claims"]:
             if r["family"] == "primary (AUC)" and r["id"] in REGIME_WORDING:
-                extra = "" if r["p_holm"] < ALPHA else f" ({r['seeds_at_stated_effect']} seeds would decide it at a 0.05 effect)"
                 lines.append(f"| {REGIME_WORDING[r['id']]} | {fmt(r['mean'], d=3)} ± {fmt(r['ci95'], False, 3)} "
-                             f"({r['n']} seeds) | {r['status']}{extra} |")
+                             f"({r['n']} seeds) | {row_status(r)} |")
     c = _centred_arms_13()
     if c:
         a7, ex = c["a7"], c["sc_added"]
@@ -1213,7 +1243,7 @@ def regime_text() -> str:
                       f"bf16 {fmt(d[0])} ± {fmt(d[1], False)}, {d[2]} seeds, descriptive), so most of A7 is the "
                       f"baseline's variance reduction, not the drift."
                       + (f" SC added to the group baseline (its exploratory row) gives sc_baseline − baseline "
-                         f"{fmt(ex['mean'])} ± {fmt(ex['ci95'], False)}: {ex['status']}." if ex else "")]
+                         f"{fmt(ex['mean'])} ± {fmt(ex['ci95'], False)}: {row_status(ex)}." if ex else "")]
     return "\n".join(lines)
 
 

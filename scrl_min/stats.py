@@ -193,27 +193,44 @@ def paired_test(d, test: str, margin: float = MARGIN, opposite: bool = False) ->
             "equivalent": lambda: max(above(-margin), below(margin))}[test]()
 
 
-def seeds_to_decide(sd: float, effect: float, level: float, power: float = 0.8):
-    """Paired seeds a one-sided t test at `level` needs for `power` when the true mean lies `effect` beyond the
-    null's edge and the per-seed sd of the differences is `sd` (same units): the smallest n with
-    (t_{1−level, n−1} + t_{power, n−1}) · sd / √n ≤ effect. None when effect ≤ 0, sd = 0, or n would pass 100,000.
-    At the observed mean this is biased toward small n for an undecided row: pass a pre-registered effect for a
-    planning number. For an equivalence row it is the one-sided count at the nearer margin, which understates what
-    TOST needs when the true mean is near 0 (both sides must pass)."""
+def seeds_to_decide(sd: float, effect: float, level: float, power: float = 0.8,
+                    equivalence_margin: float | None = None):
+    """The paired seeds (or batches: any i.i.d. unit) a claim's t test at `level` needs for `power`, the one
+    count every notebook and the verdict page use.
+
+    sd: per-unit sd of the differences; effect: how far the true mean lies beyond the null's edge on the claim's
+    side, same units (one-sided: the mean for 'greater', −mean for 'less', mean + margin for 'noninferior'; TOST:
+    margin − |mean|, with `equivalence_margin` = the margin). Power at n units, F the t cdf with n − 1 df and
+    c = t_{1−level, n−1}: one-sided F(effect √n / sd − c), which reaches `power` exactly when
+    (t_{1−level} + t_{power}) sd / √n ≤ effect; TOST F(effect √n / sd − c) + F((2M − effect) √n / sd − c) − 1
+    (both one-sided tests must pass: a lower bound, tight once the two sides' powers are near 1). Returns the
+    smallest n ≥ 2 that reaches `power`; None when effect ≤ 0, sd = 0, or n would pass 100,000. At the observed
+    mean the count is biased toward small n for an undecided row (its mean is as likely too large as too small):
+    pass a pre-registered effect for a planning number (`test_differences`' seeds_at_stated_effect)."""
     from scipy import stats
 
-    if effect <= 0 or sd == 0:
+    if effect <= 0 or sd == 0 or (equivalence_margin is not None and effect > equivalence_margin):
         return None
+    far = None if equivalence_margin is None else 2 * equivalence_margin - effect
+
+    def reaches(n):
+        c, root = stats.t.ppf(1 - level, n - 1), math.sqrt(n) / sd
+        pw = stats.t.cdf(effect * root - c, n - 1)
+        if far is not None:
+            pw += stats.t.cdf(far * root - c, n - 1) - 1
+        return pw >= power
+
+    # from just under the normal approximation, which the t count never undercuts by more than 2
     n = max(2, int((stats.norm.ppf(1 - level) + stats.norm.ppf(power)) ** 2 * (sd / effect) ** 2) - 2)
-    while n <= 100_000:  # from just under the normal approximation, which the t count never undercuts by more than 2
-        if (stats.t.ppf(1 - level, n - 1) + stats.t.ppf(power, n - 1)) * sd / math.sqrt(n) <= effect:
+    while n <= 100_000:
+        if reaches(n):
             return n
         n += 1
     return None
 
 
 def test_family(values: dict, hypotheses: list, margin: float = MARGIN, alpha: float = ALPHA,
-                stated_effect: float = None) -> list:
+                stated_effect: float | None = None) -> list:
     """One pre-registered family of arm contrasts: `test_differences` over the per-seed differences a − b.
 
     values: {arm: (n,) per-seed values}, seeds in the same order for every arm. hypotheses: [(a, b, test)] on
@@ -222,7 +239,8 @@ def test_family(values: dict, hypotheses: list, margin: float = MARGIN, alpha: f
                              for a, b, test in hypotheses], margin, alpha, stated_effect)
 
 
-def test_differences(hypotheses: list, margin: float = MARGIN, alpha: float = ALPHA, stated_effect: float = None) -> list:
+def test_differences(hypotheses: list, margin: float = MARGIN, alpha: float = ALPHA,
+                     stated_effect: float | None = None) -> list:
     """One pre-registered family: the paired test of each hypothesis over seeds, then Holm's step-down.
 
     hypotheses: [(name, d, test)], d (n,) the per-seed differences the claim reads (an arm contrast, or a mean of
@@ -231,9 +249,11 @@ def test_differences(hypotheses: list, margin: float = MARGIN, alpha: float = AL
     the other direction), wins (seeds in the claim's direction), n, p_holm and p_opposite_holm (`holm` over the
     family's p, and separately over its p_opposite), holm_level (a = α/(m − k) at Holm's step k), ci_holm
     (half-width of the (1 − 2a) t interval: a one-sided or TOST test at level a rejects exactly when its relevant end
-    clears 0 or the margin), status, seeds_to_decide (at the observed mean: 80% power at holm_level),
-    smallest_margin (the largest |end| of the Holm-level interval), and with stated_effect (an effect beyond the
-    null's edge, the metric's units) seeds_at_stated_effect. Statuses (docs/verdict.md, rule 5): the claim's
+    clears 0 or the margin), status, smallest_margin (the largest |end| of the Holm-level interval), and the
+    seeds that would decide it at 80% power at holm_level (`seeds_to_decide`, TOST-aware for an equivalence row):
+    seeds_at_stated_effect, if the true mean lay stated_effect beyond the null's edge (default: the margin; for an
+    equivalence row, a true mean of margin − stated_effect from 0), the planning number, and seeds_to_decide, at the
+    observed mean (optimistic for an undecided row). Statuses (docs/verdict.md, rule 5): the claim's
     (`CLAIM_STATUS`) where p_holm < α; "contradicted" where p_opposite_holm < α (the opposite tests have their own
     Holm correction, so each direction is controlled at α family-wise, and together they make a two-sided decision
     at 2α); else "not decided". Raises ScrlError as `paired_test`."""
@@ -253,13 +273,14 @@ def test_differences(hypotheses: list, margin: float = MARGIN, alpha: float = AL
         lo, hi = r["mean"] - h, r["mean"] + h
         effect = {"less": -r["mean"], "greater": r["mean"], "noninferior": r["mean"] + margin,
                   "equivalent": margin - abs(r["mean"])}[r["test"]]
-        n_decide = seeds_to_decide(r["sd"], effect, level)
+        tost = margin if r["test"] == "equivalent" else None
         status = (CLAIM_STATUS[r["test"]].format(margin=margin) if ph < alpha else "contradicted" if po < alpha
-                  else f"not decided (≈{n_decide} seeds)" if n_decide else "not decided")
+                  else "not decided")
         r.update(p_holm=float(ph), p_opposite_holm=float(po), holm_level=float(level), ci_holm=h, status=status,
-                 seeds_to_decide=n_decide, smallest_margin=float(max(abs(lo), abs(hi))))
-        if stated_effect is not None:
-            r["seeds_at_stated_effect"] = seeds_to_decide(r["sd"], stated_effect, level)
+                 smallest_margin=float(max(abs(lo), abs(hi))),
+                 seeds_at_stated_effect=seeds_to_decide(r["sd"], margin if stated_effect is None else stated_effect,
+                                                        level, equivalence_margin=tost),
+                 seeds_to_decide=seeds_to_decide(r["sd"], effect, level, equivalence_margin=tost))
     return rows
 
 

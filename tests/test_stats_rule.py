@@ -168,3 +168,56 @@ def test_replicates_pool_by_seed_and_their_heterogeneity_is_the_paired_test():
     assert replicate_heterogeneity([a]) is None
     with pytest.raises(scrl_min.ScrlError, match="equal-length"):
         pool_replicates([a, b[:4]])
+
+
+def _tost_power_mc(n, sd, mean, level, margin, reps=40_000, seed=0):
+    """TOST's power by simulation: the share of draws of n normal differences where both one-sided t tests reject."""
+    d = np.random.default_rng(seed).normal(mean, sd, size=(reps, n))
+    se = d.std(axis=1, ddof=1) / np.sqrt(n)
+    c = stats.t.ppf(1 - level, n - 1)
+    return float((((d.mean(axis=1) + margin) / se > c) & ((margin - d.mean(axis=1)) / se > c)).mean())
+
+
+@pytest.mark.parametrize("sd,effect,level", [(0.2, 0.1, 0.01), (0.1, 0.05, 0.025), (0.14, 0.05, 0.05 / 6),
+                                             (5.8, 0.43, 0.025)])
+def test_seeds_to_decide_one_sided_against_the_noncentral_t(sd, effect, level):
+    """One-sided: at the returned n the exact power (noncentral t) is near 80%, and n − 1 falls short of the count's
+    own criterion (t_{1−level} + t_{0.8}) sd / √n ≤ effect, which the exact power tracks within a few points."""
+    n = scrl_min.seeds_to_decide(sd, effect, level)
+    exact = [stats.nct.sf(stats.t.ppf(1 - level, k - 1), k - 1, effect * np.sqrt(k) / sd) for k in (n - 1, n)]
+    assert exact[1] >= 0.78 and exact[0] < 0.82, (n, exact)
+    crit = lambda k: (stats.t.ppf(1 - level, k - 1) + stats.t.ppf(0.8, k - 1)) * sd / np.sqrt(k)  # noqa: E731
+    assert crit(n) <= effect < crit(n - 1)
+
+
+@pytest.mark.parametrize("sd,mean,level", [(0.1, 0.0, 0.05), (0.14, 0.0, 0.05 / 6), (0.1, 0.02, 0.025)])
+def test_seeds_to_decide_tost_against_simulation(sd, mean, level):
+    """TOST (both one-sided tests must pass): at the returned n the simulated power reaches about 80%, at n − 1 it
+    does not exceed it by much (the count's power is a lower bound)."""
+    n = scrl_min.seeds_to_decide(sd, 0.05 - abs(mean), level, equivalence_margin=0.05)
+    at_n, below = _tost_power_mc(n, sd, mean, level, 0.05), _tost_power_mc(n - 1, sd, mean, level, 0.05, seed=1)
+    assert at_n >= 0.79 and below < 0.83, (n, at_n, below)
+    one_sided = scrl_min.seeds_to_decide(sd, 0.05 - abs(mean), level)
+    assert n >= one_sided  # both sides cost more than the nearer side alone (what the count gave before)
+
+
+def test_seeds_to_decide_refuses_what_no_n_decides():
+    assert scrl_min.seeds_to_decide(0.1, 0.0, 0.05) is None  # no effect beyond the null
+    assert scrl_min.seeds_to_decide(0.1, -0.01, 0.05) is None  # the wrong side
+    assert scrl_min.seeds_to_decide(0.0, 0.05, 0.05) is None  # no spread
+    assert scrl_min.seeds_to_decide(0.1, 0.06, 0.05, equivalence_margin=0.05) is None  # a true mean beyond −M
+
+
+def test_family_counts_seeds_at_the_stated_effect_and_the_observed_mean():
+    """Undecided rows carry both counts at their Holm level: at the stated effect (the margin by default) and at
+    the observed mean; the status says only 'not decided'."""
+    rng = np.random.default_rng(3)
+    values = {"a": rng.normal(0.3, 0.1, 10), "b": rng.normal(0.3, 0.1, 10)}
+    values["b"] = values["a"] - rng.normal(0.01, 0.1, 10)
+    rows = test_family(values, [("a", "b", "greater"), ("a", "b", "equivalent")])
+    for r in rows:
+        assert r["status"] == "not decided"
+        tost = 0.05 if r["test"] == "equivalent" else None
+        assert r["seeds_at_stated_effect"] == scrl_min.seeds_to_decide(r["sd"], 0.05, r["holm_level"],
+                                                                        equivalence_margin=tost)
+    assert rows[0]["seeds_to_decide"] == scrl_min.seeds_to_decide(rows[0]["sd"], rows[0]["mean"], rows[0]["holm_level"])
