@@ -508,6 +508,7 @@ def gradient_rows(g) -> list:
                         p_holm_notebook=c.get("p_holm"), rel_gap=c["rel_gap"], rel_ci95=c["rel_ci95"],
                         predicted=list(c["predicted_rel_gap"]), kl=c["kl"], other=other,
                         power=g.get("prediction", {}).get("power", {}).get(power_key), decision=c.get("decision"),
+                        robust=c.get("robust"),
                         stated_effect=[-gap * c["mse_b"] for gap in c["predicted_rel_gap"]],
                         effect_label=f"at the predicted gap, {-c['predicted_rel_gap'][0]:.1%} to "
                                      f"{-c['predicted_rel_gap'][1]:.1%} of MSE_{other} (2-3 × KL)"))
@@ -782,6 +783,11 @@ def _gradient_number(r) -> str:
         s += f"; pre-registered power {r['power']['power_2kl']:.2f} at 2 × KL"
     if r["decision"]:
         s += f"; the notebook's decision rule: {r['decision']}"
+    if r.get("robust"):  # post hoc, descriptive: is the mean carried by a few batches?
+        rb = r["robust"]
+        s += (f"; robust check (post hoc, descriptive): median {_pct(rb['median_rel'])}, 20% trimmed mean "
+              f"{_pct(rb['trimmed_rel'])} ± {_pct(rb['trimmed_rel_ci95'], False)} of MSE_{b} (Yuen), "
+              f"{rb['outliers']['beyond_3mad']} of {r['n']} batches beyond 3 MAD of the median")
     return s
 
 
