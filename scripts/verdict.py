@@ -1215,12 +1215,18 @@ def recovery_text() -> str:
 
 
 def row_status(r: dict) -> str:
-    """A notebook's claim row (`scrl_min.test_family`) as the page writes its status: undecided rows add the seeds
-    that would decide them at the margin beyond the null's edge (a true difference of 0 for an equivalence row)."""
+    """A notebook's claim row (`scrl_min.test_family`) as the page writes its status: an undecided row adds where its
+    estimate lies or the seeds that would decide it at the margin beyond the null's edge (a true difference of 0 for
+    an equivalence row), as `_seeds_text` does for the page's own rows."""
     n = r.get("seeds_at_stated_effect")
     if r["status"] != "not decided" or n is None:
         return r["status"]
     at = "a true difference of 0" if r["test"] == "equivalent" else f"a {MARGIN:g} effect"
+    if _wrong_side(dict(r, kind=r["test"])):
+        return f"not decided (its estimate lies {'outside' if r['test'] == 'equivalent' else 'on the wrong side of'} " \
+               f"{THRESHOLD[r['test']]})"
+    if n <= r["n"]:
+        return f"not decided (its {r['n']} seeds had 80% power at {at}: any effect is likely smaller)"
     return f"not decided ({n:,} seeds would decide it at {at})"
 
 

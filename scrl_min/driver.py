@@ -226,7 +226,9 @@ def seeds_named_elsewhere(stem: str, root: Path = REPO_ROOT) -> dict:
     *_seeds in figures/**/*.json and results/**/config.json (the runs behind every figure and every kept run
     record), and `seed`/`seeds` values (a number, a list, a range(a, b)) in the other notebooks' parameters cells,
     in the parameters files (their `stem` entries left out), and in tests/ and scripts/. Files whose path contains
-    `stem` are left out. A notebook that names a block by its first seed and a count is caught at the first seed."""
+    `stem` are left out, and so are figures/verdict*.json, which restate the notebooks' own JSON for the verdict page
+    and the deck (a notebook's seeds appear there because it ran them). A notebook that names a block by its first
+    seed and a count is caught at the first seed."""
     import re
 
     import yaml
@@ -245,7 +247,7 @@ def seeds_named_elsewhere(stem: str, root: Path = REPO_ROOT) -> dict:
 
     for path in [*sorted((root / "figures").rglob("*.json")), *sorted((root / "results").rglob("config.json"))]:
         rel = str(path.relative_to(root))
-        if stem not in rel:
+        if stem not in rel and not (path.parent.name == "figures" and path.name.startswith("verdict")):
             walk(json.loads(path.read_text()), rel)
     pattern = re.compile(r"(?:\b|_)seeds?\b\W{0,3}[=:]\s*(\[[\d,\s]*\]|range\(\s*\d+\s*,\s*\d+\s*\)|\d+)")
     texts = {}
