@@ -570,8 +570,8 @@ def _seeds_text(r, unit="seeds") -> str:
         return (f"its estimate lies on the wrong side of {THRESHOLD[r['kind']]}; {n} {unit} would decide it "
                 f"{r['seeds']['label']} {at}")
     if _powered(r):
-        return (f"its {r['n']} {unit} had 80% power {r['seeds']['label']} ({n} would do), so the effect is likely "
-                f"smaller {at}")
+        return (f"its {r['n']} {unit} had 80% power {r['seeds']['label']} ({n} would do) and did not decide it; its "
+                f"95% interval is the number's {at}")
     return f"{n} {unit} would decide it {r['seeds']['label']} {at}"
 
 
@@ -596,7 +596,7 @@ def short_status(r, unit="seeds") -> str:
     elif n is None or _wrong_side(r):
         text = f"not decided (estimate on the wrong side of {THRESHOLD[r['kind']]})"
     elif _powered(r):
-        text = "not decided (powered for the stated effect: smaller if any)"
+        text = "not decided (powered for the stated effect)"
     else:
         text = f"not decided ({n} {unit} would)"
     if FAMILIES[r["family"]][1]:
@@ -892,13 +892,24 @@ README_CLAIMS = ("A mismatched sampler costs plain training reward", "Score cent
                  "A mismatched sampler drifts the completion length")
 
 
+README_REGIME = ("G1", "G2")  # notebook 16's rows on the README: the cost and the recovery with group-centred advantages
+
+
 def readme_table(cs: list) -> str:
-    """The README's short form of the claims table: claim, where, mean ± 95%, status in a few words (README_CLAIMS)."""
-    lines = ["| the article's claim | where | paired difference | status |", "|---|---|---|---|"]
+    """The README's short form of the claims table: claim, where, the advantages its runs used, mean ± 95%, status in
+    a few words (README_CLAIMS, every one with raw rewards as advantages), then notebook 16's cost and recovery rows
+    (README_REGIME, group-centred advantages) when its JSON is committed."""
+    lines = ["| the article's claim | where | advantages | paired difference | status |", "|---|---|---|---|---|"]
     for c in cs:
         if not c["claim"].startswith(README_CLAIMS):
             continue
-        lines.append(f"| {c['claim']} | {c['where'].split(' · ')[0]} | {c['short']} | {c['short_status']} |")
+        adv = "raw (SC) against group-centred" if "group baseline" in c["claim"] else "raw (A = r)"
+        lines.append(f"| {c['claim']} | {c['where'].split(' · ')[0]} | {adv} | {c['short']} | {c['short_status']} |")
+    g = _load("16_grpo_regime.json")
+    for r in [] if g is None else [r for r in g["claims"] if r["family"] == "primary (AUC)" and r["id"] in README_REGIME]:
+        st = r["status"] if r["status"] == "not decided" else f"**{r['status']}**"
+        lines.append(f"| {REGIME_WORDING[r['id']]} | 16 | group-centred | {fmt(r['mean'], d=2)} ± {r['ci95']:.2f} AUC "
+                     f"({r['n']} fresh seeds) | {st} |")
     return "\n".join(lines)
 
 
@@ -1226,7 +1237,8 @@ def row_status(r: dict) -> str:
         return f"not decided (its estimate lies {'outside' if r['test'] == 'equivalent' else 'on the wrong side of'} " \
                f"{THRESHOLD[r['test']]})"
     if n <= r["n"]:
-        return f"not decided (its {r['n']} seeds had 80% power at {at}: any effect is likely smaller)"
+        return (f"not decided (its {r['n']} seeds had 80% power at {at}; 95% interval "
+                f"[{fmt(r['mean'] - r['ci95'])}, {fmt(r['mean'] + r['ci95'])}])")
     return f"not decided ({n:,} seeds would decide it at {at})"
 
 
@@ -1297,7 +1309,8 @@ def _regime_sentences(g, cost_only: bool = False) -> str:
     elif ok("G1"):
         cost = f"The mismatch costs GRPO reward (plain − bf16 {pm(c)}: reproduced)."
     elif against("G1"):
-        cost = f"The mismatched sampler trains better than the reference here (plain − bf16 {pm(c)}: contradicted)."
+        cost = (f"The article's claim that the mismatch costs GRPO is contradicted: the mismatched sampler trains better "
+                f"than the reference here (plain − bf16 {pm(c)}).")
     elif ok("G1'"):
         cost = (f"The mismatch costs GRPO nothing worth a correction at this scale (plain − bf16 {pm(c)}: "
                 f"equivalent within ±{MARGIN:g}).")
@@ -1307,7 +1320,8 @@ def _regime_sentences(g, cost_only: bool = False) -> str:
         return cost
     r = by["G2"]
     rec = (f"Score centering improves on plain (SC − plain {pm(r)}: reproduced)." if ok("G2") else
-           f"Score centering trains worse than plain here (SC − plain {pm(r)}: contradicted)." if against("G2") else
+           f"The claim that score centering recovers a cost is contradicted too: SC trains worse than plain here "
+           f"(SC − plain {pm(r)})." if against("G2") else
            f"Score centering's gain over plain is not decided (SC − plain {pm(r)}; {open_('G2')}).")
     r = by["G3"]
     vs = (f"SC and MIS are equivalent within ±{MARGIN:g} (SC − MIS {pm(r)})." if ok("G3") else
@@ -1327,7 +1341,7 @@ def _regime_sentences(g, cost_only: bool = False) -> str:
         level = (f" For scale: the reference (bf16) averages {np.mean(g['per_arm']['bf16']['auc_per_seed']):.2f} over "
                  f"training, plain {np.mean(g['per_arm']['plain']['auc_per_seed']):.2f}.")
     c13 = _centred_arms_13()
-    return (f"**Group-centred advantages (the article's GRPO recipe; notebook 16, {c['n']} fresh seeds, pre-registered, "
+    return (f"**Group-centred advantages (the article's advantages, A = 2(r − mean_G r); notebook 16, {c['n']} fresh seeds, pre-registered, "
             f"{setting}; the mean clean reward over training).** {cost} {rec} {vs} {pilot}{level} At the gradient "
             f"(notebook 15) the drift is {_drift_share_text()} of one update's error; in notebook 13 a group baseline "
             f"alone, on the σ 0.1 sampler, already trained far better than every raw-reward arm ({c13['baseline_auc']:.2f} "

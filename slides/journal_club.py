@@ -142,7 +142,7 @@ def claim_table(chosen):
 #
 # - *Signal*, Cov_q(A, s): what the rewards teach.
 # - *Drift*, E_q[A] · μ: zero on-policy (q = p); otherwise a pull toward the sampler, large with raw rewards
-#   (A = r ≥ 0), near zero with group-centred advantages.
+#   (A = r ≥ 0), smaller but not zero with group-centred advantages (E_q[A] = 0 per group at the first token only).
 # - Plain ignores it; IS, TIS, MIS reweight tokens by p/q; **score centering (SC) subtracts μ from the score**.
 
 # %% [markdown] tags=["slide"]
@@ -323,14 +323,14 @@ if ran and fam13:  # family A's primary under its pre-registered rule, as the he
     for r in fam13:
         lo, hi, a = r["holm_interval"]
         claim = f"{r['contrast']} {tests[r['kind']]}".replace(" ", "\u00a0")
-        lines.append(f"| {claim} | {fmt(r['mean'])} ± {r['ci95']:.3f} | [{lo:+.3f}, {hi:+.3f}] | "
-                     f"{p_text(r['p_holm'])} | {r['short_status']} |")
+        p_cell = (f"{p_text(r['p_opposite_holm'])} (opp.)" if r["status"] == "contradicted" else p_text(r["p_holm"]))
+        lines.append(f"| {claim} | {fmt(r['mean'])} ± {r['ci95']:.3f} | [{lo:+.3f}, {hi:+.3f}] | {p_cell} | "
+                     f"{r['short_status']} |")
     display(Markdown("\n".join(lines)))
     gentle = [r for r in c13 if r["family"] == "13 B"]
     display(Markdown(
-        f"Area under the clean-eval curve, {fam13[0]['n']} fresh seeds ({pre['first_seed']}-"
-        f"{pre['first_seed'] + fam13[0]['n'] - 1}), Holm within family A's {len(fam13)} pre-registered hypotheses; "
-        f"margin ±{pre['margin']:g}. Family B, lr {pre['gentle_lr']:g} ({gentle[0]['n'] if gentle else 0} seeds): "
+        f"AUC, {fam13[0]['n']} fresh seeds ({pre['first_seed']}-{pre['first_seed'] + fam13[0]['n'] - 1}), Holm over "
+        f"family A's {len(fam13)} hypotheses; margin ±{pre['margin']:g}; opp.: the opposite test's Holm p. Family B, lr {pre['gentle_lr']:g} ({gentle[0]['n'] if gentle else 0} seeds): "
         + "; ".join(f"{r['contrast']} {tests[r['kind']]}: {plain_status(r['short_status'])}" for r in gentle)
         + "."))
 else:
@@ -356,11 +356,13 @@ if reg:  # notebook 16's pre-registered family on the AUC, Holm within its six h
     for r in reg["rows"]:
         name = r["wording"].split(" (")[0].replace("… or costs it nothing worth a correction", "… or nothing (±0.05)")
         lines.append(f"| {name} | {fmt(r['mean'])} ± {r['ci95']:.3f} | [{r['mean'] - r['ci_holm']:+.3f}, "
-                     f"{r['mean'] + r['ci_holm']:+.3f}] | {p_text(r['p_holm'])} | {r['status']} |")
+                     f"{r['mean'] + r['ci_holm']:+.3f}] | "
+                     + (f"{p_text(r['p_opposite_holm'])} (opp.)" if r["status"] == "contradicted" else p_text(r["p_holm"]))
+                     + f" | {r['status']} |")
     display(Markdown("\n".join(lines)))
-    display(Markdown(f"Every arm with GRPO's ±1 rewards centred in each group; {p16['sampler_precision'].upper()} + "
-                     f"{p16['noise_std']:.0%} weight noise (notebook 15's choice), {len(p16['seeds'])} fresh seeds, "
-                     f"lr {p16['lr']:g}; area under the clean-eval curve."))
+    display(Markdown(f"A = 2(r − mean_G r) in every arm; {p16['sampler_precision'].upper()} + {p16['noise_std']:.0%} "
+                     f"weight noise, {len(p16['seeds'])} fresh seeds, lr {p16['lr']:g}; AUC. opp.: the opposite "
+                     f"test's Holm p."))
 else:
     pending("figures/16_grpo_regime.json")
 
@@ -488,9 +490,9 @@ display(Markdown(stale_text + " Length (14): the drift alone; its sign follows e
 #
 # - **Scale**: k = 128 is 6% of this vocabulary, 0.1% of a 150k one; real FP8 weights, long sequences and the
 #   article's recipe need a GPU and a real model.
-# - **Realistic advantages, one setting**: notebook 16 tests the article's regime at one sampler (FP8 + 20% weight
-#   noise), 24-token completions, one model size and one lr; longer completions, where public measurements find a
-#   larger mismatch, are untested.
+# - **Realistic advantages, one setting**: notebook 16 tests group-centred advantages at one sampler (FP8 + 20%
+#   weight noise), 24-token completions, one model size and one lr, where the mismatch helped plain and SC trained
+#   below it; longer completions, where public measurements find a larger mismatch, are untested.
 # - **Against a baseline**: notebook 13's group baseline, no correction, beats SC by far; SC's edge is over
 #   REINFORCE without one.
 #

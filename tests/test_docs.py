@@ -62,3 +62,16 @@ def test_every_parameter_count_in_the_text_is_the_models():
                 if m.group(0)[:len(want)] != want:
                     bad.append(f"{path.relative_to(REPO)}:{i}: {m.group(0)}")
     assert not bad, f"the model has {want} parameters:\n" + "\n".join(bad)
+
+
+def test_readme_says_what_was_found_and_the_commands_on_its_first_screen():
+    """The README's front door: at most 200 lines; within its first 60, the findings (one paragraph per regime: raw
+    rewards, group-centred advantages), the short claims table (at most 12 rows) and the commands."""
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines"
+    first = "\n".join(lines[:60])
+    for needle in ("<!-- /verdict:findings -->", "**Raw rewards as advantages", "**Group-centred advantages",
+                   "<!-- /verdict:readme -->", "make test", "make reproduce-full", "make slides"):
+        assert needle in first, f"README.md's first 60 lines lack {needle!r}"
+    table = first.split("<!-- verdict:readme -->")[1].split("<!-- /verdict:readme -->")[0].strip().splitlines()
+    assert len(table) - 2 <= 12, f"the README's claims table has {len(table) - 2} rows"

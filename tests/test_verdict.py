@@ -576,7 +576,7 @@ def test_the_regime_section_collects_notebook_16s_claim_rows(tmp_path, monkeypat
     by["G2"].update(p_opposite_holm=0.001, status="contradicted")
     path.write_text(json.dumps({"claims": [dict(id=i, family="primary (AUC)", **r) for i, r in zip(ids, rows)]}))
     findings = verdict.findings()
-    assert "The mismatch costs GRPO reward" in findings and "Score centering trains worse than plain" in findings
+    assert "The mismatch costs GRPO reward" in findings and "SC trains worse than plain here" in findings
     assert "SC against MIS is not decided" in findings and "about " in findings
     by["G3'"].update(p_opposite_holm=0.001, status="contradicted")
     path.write_text(json.dumps({"claims": [dict(id=i, family="primary (AUC)", **r) for i, r in zip(ids, rows)]}))
