@@ -570,8 +570,7 @@ def _seeds_text(r, unit="seeds") -> str:
         return (f"its estimate lies on the wrong side of {THRESHOLD[r['kind']]}; {n} {unit} would decide it "
                 f"{r['seeds']['label']} {at}")
     if _powered(r):
-        return (f"its {r['n']} {unit} had 80% power {r['seeds']['label']} ({n} would do) and did not decide it; its "
-                f"95% interval is the number's {at}")
+        return f"its {r['n']} {unit} had 80% power {r['seeds']['label']} ({n} would do) {at}"
     return f"{n} {unit} would decide it {r['seeds']['label']} {at}"
 
 

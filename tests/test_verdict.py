@@ -595,3 +595,23 @@ def test_the_recovery_table_is_notebook_13s_per_seed_values():
         assert row.rstrip(" |").endswith("]") and f"| {share:.0%} [" in row
         for a in ("sc", "tis", "mis"):
             assert f"{(v[a] - v['bf16']).mean():+.3f} ± " in row
+
+
+def test_an_undecided_row_says_where_it_lies_or_that_it_was_powered():
+    """Three undecided rows of one made-up family: one on the wrong side of 0, one powered for the stated effect
+    (60 seeds where about 8 would do), one short of seeds; each says so, and the count is scrl_min's at its Holm
+    level."""
+    rng = np.random.default_rng(7)
+    base = rng.normal(0, 0.05, 60)
+    zero = base - base.mean()  # mean exactly 0: never decided, on no side
+    rows = [verdict.tested("02", "s", "wrong", [zero - 0.01], family="02", kind="greater"),
+            verdict.tested("02", "s", "powered", [zero + 1e-4], family="02", kind="greater"),
+            verdict.tested("02", "s", "short", [rng.normal(0.01, 0.3, 5)], family="02", kind="greater")]
+    verdict.apply_holm(rows)
+    texts = {r["contrast"]: verdict.status_text(r) for r in rows}
+    assert all(r["status"] == "not decided" for r in rows), [r["status"] for r in rows]
+    assert "wrong side of 0" in texts["wrong"]
+    assert "its 60 seeds had 80% power at a 0.05 effect" in texts["powered"] and "would decide it" not in texts["powered"]
+    assert "seeds would decide it at a 0.05 effect beyond 0" in texts["short"]
+    n = rows[2]["seeds"]["n"][0]
+    assert n == verdict.seeds_to_decide(rows[2]["sd"], 0.05, rows[2]["seeds"]["level"]) and n > 5
