@@ -65,6 +65,8 @@ COMMITTED = [  # (figure JSON, its families: name → (per-seed key in per_arm, 
                               "exploratory (AUC)": ("auc_per_seed", "exploratory")}),
     ("13_gentle_optimizer.json", {"primary (AUC)": ("auc_per_seed", "hypotheses"),
                                   "secondary (final clean reward)": ("final_per_seed", "hypotheses")}),
+    ("16_grpo_regime.json", {"primary (AUC)": ("auc_per_seed", "hypotheses"),
+                             "secondary (final clean reward)": ("final_per_seed", "hypotheses")}),
 ]
 
 
@@ -79,10 +81,14 @@ def test_committed_families_recompute_from_their_per_seed_values(name, families)
         rows = test_family(values, hyps, margin=margin, alpha=alpha)
         assert [r["name"] for r in rows] == [r["name"] for r in committed], family
         for mine, theirs in zip(rows, committed):
-            for k in ("mean", "ci95", "p", "p_holm", "holm_level", "ci_holm", "smallest_margin"):
+            for k in ("mean", "ci95", "p", "p_holm", "p_opposite_holm", "holm_level", "ci_holm", "smallest_margin"):
                 assert mine[k] == pytest.approx(theirs[k], rel=1e-9, abs=1e-12), (family, mine["name"], k)
-            assert (mine["status"], mine["wins"], mine["seeds_to_decide"]) == \
-                (theirs["status"], theirs["wins"], theirs["seeds_to_decide"]), (family, mine["name"])
+            for k in ("status", "wins", "seeds_to_decide", "seeds_at_stated_effect"):
+                assert mine[k] == theirs[k], (family, mine["name"], k)
+        for c in data.get("claims", []):  # the claim rows the verdict collects carry their family's statuses
+            if c.get("family") == family:
+                row = next(r for r in rows if r["name"] == c["name"] and r["test"] == c["test"])
+                assert (c["status"], c["p_holm"]) == (row["status"], pytest.approx(row["p_holm"], rel=1e-9)), c["name"]
 
 
 def test_heterogeneity_equals_welch_and_anova():
