@@ -40,7 +40,7 @@ from scrl_min import holm, mean_ci95, p_text  # noqa: E402  (the scaffold's stat
 from scrl_min.stats import ALPHA, MARGIN  # noqa: E402  (the rule's margin and family-wise level, defined once)
 from scrl_min.stats import holm_interval as rule_interval, pool_replicates  # noqa: E402
 from scrl_min.stats import paired_test as rule_test, replicate_heterogeneity as heterogeneity_p  # noqa: E402
-from scrl_min.stats import seeds_to_decide  # noqa: E402
+from scrl_min.stats import seeds_to_decide, wins  # noqa: E402
 
 FIG = REPO / "figures"
 PAGE = REPO / "docs" / "verdict.md"
@@ -140,13 +140,6 @@ def decide(kind: str, p_holm: float, p_opposite_holm: float | None, alpha: float
     if p_opposite_holm is not None and p_opposite_holm < alpha:
         return "contradicted"
     return "not decided"
-
-
-def wins(units, kind: str, margin: float = MARGIN) -> int:
-    """Seeds on the claim's side: d > 0 (greater, two-sided), d < 0 (less), d > −M (noninferior), |d| < M
-    (equivalent)."""
-    d = np.asarray(units, dtype=float)
-    return int({"less": d < 0, "noninferior": d > -margin, "equivalent": np.abs(d) < margin}.get(kind, d > 0).sum())
 
 
 def apply_holm(rs: list, alpha: float = ALPHA) -> list:

@@ -229,6 +229,17 @@ def seeds_to_decide(sd: float, effect: float, level: float, power: float = 0.8,
     return None
 
 
+def wins(d, test: str, margin: float = MARGIN) -> int:
+    """Seeds on the claim's side of a paired difference d (n,): d < 0 (less), d > 0 (greater, and a two-sided row's
+    sign), d > −margin (noninferior), |d| < margin (equivalent). Raises ScrlError for an unknown test."""
+    d = np.asarray(d, dtype=float)
+    sides = {"less": d < 0, "greater": d > 0, "two-sided": d > 0, "noninferior": d > -margin,
+             "equivalent": np.abs(d) < margin}
+    if test not in sides:
+        raise ScrlError(f"unknown test {test!r}; choose one of {sorted(sides)}")
+    return int(sides[test].sum())
+
+
 def test_family(values: dict, hypotheses: list, margin: float = MARGIN, alpha: float = ALPHA,
                 stated_effect: float | None = None) -> list:
     """One pre-registered family of arm contrasts: `test_differences` over the per-seed differences a − b.
@@ -261,10 +272,9 @@ def test_differences(hypotheses: list, margin: float = MARGIN, alpha: float = AL
     for name, d, test in hypotheses:
         d = np.asarray(d, float)
         mean, half = mean_ci95(d)
-        wins = {"less": d < 0, "greater": d > 0, "noninferior": d > -margin, "equivalent": abs(d) < margin}[test]
         rows.append(dict(name=name, test=test, mean=float(mean), ci95=float(half), sd=float(d.std(ddof=1)),
                          p=paired_test(d, test, margin), p_opposite=paired_test(d, test, margin, opposite=True),
-                         wins=int(wins.sum()), n=len(d)))
+                         wins=wins(d, test, margin), n=len(d)))
     if not rows:
         return rows
     ps = [r["p"] for r in rows]
