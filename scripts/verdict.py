@@ -40,7 +40,7 @@ from scrl_min import holm, mean_ci95, p_text  # noqa: E402  (the scaffold's stat
 from scrl_min.stats import ALPHA, MARGIN  # noqa: E402  (the rule's margin and family-wise level, defined once)
 from scrl_min.stats import holm_interval as rule_interval, pool_replicates  # noqa: E402
 from scrl_min.stats import paired_test as rule_test, replicate_heterogeneity as heterogeneity_p  # noqa: E402
-from scrl_min.stats import seeds_to_decide, wins  # noqa: E402
+from scrl_min.stats import effect_beyond_null, seeds_to_decide, wins  # noqa: E402
 
 FIG = REPO / "figures"
 PAGE = REPO / "docs" / "verdict.md"
@@ -174,12 +174,10 @@ def stated_seeds(r: dict, rs: list, alpha: float = ALPHA) -> dict:
     an equivalence row) for rows in reward units, and the observed mean for notebook 11's slopes, which declared no
     effect (an optimistic count). Returns {n: [counts, None where no count reaches the power], label, level}."""
     level = alpha / r["m"] if "p_holm_given" in r else holm_interval(r, rs, alpha)[2]
-    observed = {"greater": r["mean"], "less": -r["mean"], "noninferior": r["mean"] + MARGIN,
-                "equivalent": MARGIN - abs(r["mean"])}[r["kind"]]
     if "stated_effect" in r:
         effects, label = r["stated_effect"], r["effect_label"]
     elif r["family"].startswith("11 slopes"):
-        effects = [observed]
+        effects = [effect_beyond_null(r["mean"], r["kind"])]
         label = f"if the true slope were the observed {fmt(r['mean'])}, no effect having been declared"
     else:
         effects = [MARGIN]
@@ -543,8 +541,7 @@ def _count(seeds: dict) -> str | None:
 
 def _wrong_side(r) -> bool:
     """The estimate lies on the far side of the claim's threshold (for TOST: outside the margin)."""
-    return {"greater": r["mean"] <= 0, "less": r["mean"] >= 0, "noninferior": r["mean"] <= -MARGIN,
-            "equivalent": abs(r["mean"]) >= MARGIN}[r["kind"]]
+    return effect_beyond_null(r["mean"], r["kind"]) <= 0
 
 
 def _powered(r) -> bool:
@@ -1333,8 +1330,8 @@ def _regime_sentences(g, cost_only: bool = False) -> str:
         level = (f" For scale: the reference (bf16) averages {np.mean(g['per_arm']['bf16']['auc_per_seed']):.2f} over "
                  f"training, plain {np.mean(g['per_arm']['plain']['auc_per_seed']):.2f}.")
     c13 = _centred_arms_13()
-    return (f"**Group-centred advantages (the article's advantages, A = 2(r − mean_G r); notebook 16, {c['n']} fresh seeds, pre-registered, "
-            f"{setting}; the mean clean reward over training).** {cost} {rec} {vs} {pilot}{level} At the gradient "
+    return (f"**Group-centred advantages (the article's advantages, A = 2(r − mean_G r); notebook 16, {c['n']} fresh "
+            f"seeds, pre-registered, {setting}; the mean clean reward over training).** {cost} {rec} {vs} {pilot}{level} At the gradient "
             f"(notebook 15) the drift is {_drift_share_text()} of one update's error; in notebook 13 a group baseline "
             f"alone, on the σ 0.1 sampler, already trained far better than every raw-reward arm ({c13['baseline_auc']:.2f} "
             f"against SC's {c13['sc_auc']:.2f}).")

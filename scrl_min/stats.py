@@ -229,6 +229,13 @@ def seeds_to_decide(sd: float, effect: float, level: float, power: float = 0.8,
     return None
 
 
+def effect_beyond_null(mean: float, test: str, margin: float = MARGIN) -> float:
+    """How far `mean` lies beyond the null's edge on the claim's side, the metric's units: mean ('greater'), −mean
+    ('less'), mean + margin ('noninferior'), margin − |mean| ('equivalent'); ≤ 0 when the estimate lies on the wrong
+    side of the claim's threshold. The `effect` `seeds_to_decide` reads at the observed mean."""
+    return {"less": -mean, "greater": mean, "noninferior": mean + margin, "equivalent": margin - abs(mean)}[test]
+
+
 def wins(d, test: str, margin: float = MARGIN) -> int:
     """Seeds on the claim's side of a paired difference d (n,): d < 0 (less), d > 0 (greater, and a two-sided row's
     sign), d > −margin (noninferior), |d| < margin (equivalent). Raises ScrlError for an unknown test."""
@@ -281,8 +288,6 @@ def test_differences(hypotheses: list, margin: float = MARGIN, alpha: float = AL
     for i, (r, ph, po) in enumerate(zip(rows, holm(ps), holm([r["p_opposite"] for r in rows]))):
         h, level = _holm_step(ps, i, r["sd"], r["n"], alpha)
         lo, hi = r["mean"] - h, r["mean"] + h
-        effect = {"less": -r["mean"], "greater": r["mean"], "noninferior": r["mean"] + margin,
-                  "equivalent": margin - abs(r["mean"])}[r["test"]]
         tost = margin if r["test"] == "equivalent" else None
         status = (CLAIM_STATUS[r["test"]].format(margin=margin) if ph < alpha else "contradicted" if po < alpha
                   else "not decided")
@@ -290,7 +295,8 @@ def test_differences(hypotheses: list, margin: float = MARGIN, alpha: float = AL
                  smallest_margin=float(max(abs(lo), abs(hi))),
                  seeds_at_stated_effect=seeds_to_decide(r["sd"], margin if stated_effect is None else stated_effect,
                                                         level, equivalence_margin=tost),
-                 seeds_to_decide=seeds_to_decide(r["sd"], effect, level, equivalence_margin=tost))
+                 seeds_to_decide=seeds_to_decide(r["sd"], effect_beyond_null(r["mean"], r["test"], margin), level,
+                                                 equivalence_margin=tost))
     return rows
 
 

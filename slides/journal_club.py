@@ -309,6 +309,11 @@ def seeds_done(pre) -> int:
     return done
 
 
+def holm_p_cell(r) -> str:
+    """A table's Holm p: the claim's test's, or for a contradicted row the opposite test's, which decided it (opp.)."""
+    return f"{p_text(r['p_opposite_holm'])} (opp.)" if r["status"] == "contradicted" else p_text(r["p_holm"])
+
+
 src = (REPO / "notebooks" / "13_confirmatory.py").read_text()
 cell = src.partition('tags=["parameters"]')[2].partition("\n# %%")[0]
 pre = {n.targets[0].id: ast.literal_eval(n.value) for n in ast.parse(cell).body
@@ -323,14 +328,14 @@ if ran and fam13:  # family A's primary under its pre-registered rule, as the he
     for r in fam13:
         lo, hi, a = r["holm_interval"]
         claim = f"{r['contrast']} {tests[r['kind']]}".replace(" ", "\u00a0")
-        p_cell = (f"{p_text(r['p_opposite_holm'])} (opp.)" if r["status"] == "contradicted" else p_text(r["p_holm"]))
-        lines.append(f"| {claim} | {fmt(r['mean'])} ± {r['ci95']:.3f} | [{lo:+.3f}, {hi:+.3f}] | {p_cell} | "
+        lines.append(f"| {claim} | {fmt(r['mean'])} ± {r['ci95']:.3f} | [{lo:+.3f}, {hi:+.3f}] | {holm_p_cell(r)} | "
                      f"{r['short_status']} |")
     display(Markdown("\n".join(lines)))
     gentle = [r for r in c13 if r["family"] == "13 B"]
     display(Markdown(
         f"AUC, {fam13[0]['n']} fresh seeds ({pre['first_seed']}-{pre['first_seed'] + fam13[0]['n'] - 1}), Holm over "
-        f"family A's {len(fam13)} hypotheses; margin ±{pre['margin']:g}; opp.: the opposite test's Holm p. Family B, lr {pre['gentle_lr']:g} ({gentle[0]['n'] if gentle else 0} seeds): "
+        f"family A's {len(fam13)} hypotheses; margin ±{pre['margin']:g}; opp.: the opposite test's Holm p. Family B, "
+        f"lr {pre['gentle_lr']:g} ({gentle[0]['n'] if gentle else 0} seeds): "
         + "; ".join(f"{r['contrast']} {tests[r['kind']]}: {plain_status(r['short_status'])}" for r in gentle)
         + "."))
 else:
@@ -356,9 +361,7 @@ if reg:  # notebook 16's pre-registered family on the AUC, Holm within its six h
     for r in reg["rows"]:
         name = r["wording"].split(" (")[0].replace("… or costs it nothing worth a correction", "… or nothing (±0.05)")
         lines.append(f"| {name} | {fmt(r['mean'])} ± {r['ci95']:.3f} | [{r['mean'] - r['ci_holm']:+.3f}, "
-                     f"{r['mean'] + r['ci_holm']:+.3f}] | "
-                     + (f"{p_text(r['p_opposite_holm'])} (opp.)" if r["status"] == "contradicted" else p_text(r["p_holm"]))
-                     + f" | {r['status']} |")
+                     f"{r['mean'] + r['ci_holm']:+.3f}] | {holm_p_cell(r)} | {r['status']} |")
     display(Markdown("\n".join(lines)))
     display(Markdown(f"A = 2(r − mean_G r) in every arm; {p16['sampler_precision'].upper()} + {p16['noise_std']:.0%} "
                      f"weight noise, {len(p16['seeds'])} fresh seeds, lr {p16['lr']:g}; AUC. opp.: the opposite "
