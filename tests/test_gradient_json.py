@@ -4,8 +4,8 @@ them by an independent computation (numpy, scipy.stats.t): the mean and sd of D_
 with the reference's term, and the post hoc robust check (median, 20% trimmed mean with Yuen's interval, batches far
 from the median). The same checks run on the CI-sized run's JSON (tests/test_notebooks.py, `_check_10`).
 
-Until notebook 10's next full-size run (notebooks/stale.yaml) the committed JSON predates D_b and M_b, and the tests on
-it fail, saying so: no skip, the rerun is owed."""
+The committed JSON has them since notebook 10's full-size rerun of 2026-12-07; a JSON that predates them fails these
+tests, saying which rerun it needs (no skip)."""
 import json
 import math
 from pathlib import Path
