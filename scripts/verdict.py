@@ -1,27 +1,15 @@
-"""The verdict page's numbers and its forest plot, from the committed figures/*.json, under the page's inference rule.
+"""The verdict page's and the README's generated blocks, from the committed figures/*.json under the page's rule.
 
     python scripts/verdict.py            # print the generated blocks of docs/verdict.md and README.md
     python scripts/verdict.py --write    # rewrite those blocks, figures/verdict_forest.{png,json}, figures/verdict.json
 
-The rule (docs/verdict.md, "The inference rule"), as this file applies it:
-
-1. every paired contrast the notebooks report (arm − arm in final clean reward, per seed) is one row;
-2. replicates of a notebook on other CPU models (figures/replicates/<cpu>/) are pooled: a seed is one unit, the mean
-   of its replicates (`scrl_min.stats.pool_replicates`), and the replicates are compared paired by seed (`scrl_min.stats.replicate_heterogeneity`);
-3. the test a row needs comes from the claim's wording (`KINDS`: one-sided, non-inferiority at −0.05, TOST within
-   ±0.05; two-sided for rows no claim reads), computed by `paired_test` over the seed units;
-4. Holm's correction runs within the family the row's notebook pre-registered (`FAMILIES`), never over the page:
-   the page-wide correction is a sensitivity column (`page_holm`);
-5. a status follows (`decide`): reproduced / equivalent within ±0.05 / non-inferior / contradicted / not decided,
-   with the seeds that would decide it (`stated_seeds`).
-
-`tested_rows()` makes the rows, `claims()` the claims table, `holm_interval` a row's Holm-level interval (the
-deck's). Notebook 10's gradient tests (`gradient_rows`) are its pre-registered primary (a family of one) and its three
-secondaries (one family), read from its JSON's "primary" and "secondary"; its placebo and gap against KL are
-descriptive. Notebook 13 (the confirmatory run on fresh seeds, `confirmatory_rows`) is tested in its own
-pre-registered families (A at lr 0.5, B at the gentler lr; the AUC primary, the final clean reward secondary), and
-where it tests a claim its primary decides the claims-table row. tests/test_verdict.py checks the page and the README against this file, and the rule's pieces against
-independent computations.
+A collector and a renderer: the rule itself (docs/verdict.md, "The inference rule": the test a claim's wording needs,
+Holm within the family its notebook pre-registered, the status, the seeds that would decide it, pooling replicates
+with the heterogeneity test) is `scrl_min.stats`'. This file collects the rows: the notebooks that saved their claim
+rows (07, 13, 16) as saved; notebooks 02, 06 and 11 from their per-seed values, pooled over the replicates in
+figures/replicates/<cpu>/ (a seed is one unit); notebook 10's gradient tests from its statistic. It maps each row to
+the article's wording (the claims table) and renders the page, the README's front door and the deck's JSON.
+tests/test_verdict.py checks that the committed page and README are what this file makes.
 """
 from __future__ import annotations
 
@@ -36,22 +24,21 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from scrl_min import holm, mean_ci95, p_text  # noqa: E402  (the scaffold's statistics, from the repository)
-from scrl_min.stats import ALPHA, MARGIN  # noqa: E402  (the rule's margin and family-wise level, defined once)
-from scrl_min.stats import holm_interval as rule_interval, pool_replicates  # noqa: E402
-from scrl_min.stats import paired_test as rule_test, replicate_heterogeneity as heterogeneity_p  # noqa: E402
-from scrl_min.stats import effect_beyond_null, seeds_to_decide, wins  # noqa: E402
+from scrl_min import holm, mean_ci95, p_text, test_family  # noqa: E402  (the rule, defined once, in scrl_min.stats)
+from scrl_min.stats import ALPHA, MARGIN, decide_family, describe_difference, effect_beyond_null  # noqa: E402
+from scrl_min.stats import pool_replicates, replicate_heterogeneity, seeds_to_decide, test_differences  # noqa: E402
 
 FIG = REPO / "figures"
 PAGE = REPO / "docs" / "verdict.md"
 README = REPO / "README.md"
 REPLICATES = FIG / "replicates"  # <cpu>/: the same notebooks, code and seeds run on another CPU model (a replicate)
 
-POWER = 0.80  # the power at which `seeds_to_decide` counts the seeds that would decide a claim
-
 # The test each wording needs (docs/verdict.md, "The inference rule", item 4): name → how the page writes it
 KINDS = {"greater": "one-sided (> 0)", "less": "one-sided (< 0)", "noninferior": f"non-inferiority at −{MARGIN:g}",
          "equivalent": f"TOST within ±{MARGIN:g}", "two-sided": "two-sided"}
+SIDE = {"greater": "above 0", "less": "below 0", "noninferior": f"above −{MARGIN:g}",
+        "equivalent": f"within ±{MARGIN:g}", "two-sided": "above 0"}
+THRESHOLD = {"greater": "0", "less": "0", "noninferior": f"−{MARGIN:g}", "equivalent": f"±{MARGIN:g}"}
 
 # The families each notebook pre-registered (or, marked exploratory, the family this page names for contrasts no
 # notebook pre-registered): key → (how the page names it, exploratory?)
@@ -68,6 +55,7 @@ FAMILIES = {
     "13 B final": ("notebook 13's family B on the final clean reward (its secondary family)", False),
     "10 primary": ("notebook 10's pre-registered primary contrast, a family of one", False),
     "10 secondaries": ("notebook 10's three pre-registered secondaries", False),
+    "16": ("notebook 16's pre-registered family G1-G4 on the AUC (group-centred advantages)", False),
 }
 
 # The test each contrast of notebook 02's family needs, from the claim it answers (docs/verdict.md's claims table)
@@ -90,115 +78,57 @@ GRADIENT_TESTS = (
      "… closer than MIS's after {ref_steps} updates of training (secondary S3)"),
 )
 
+
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
-# The rule's pieces (tests/test_verdict.py checks each against an independent computation)
+# The rule over the page's rows (its pieces are scrl_min.stats', tested there against independent computations)
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
-def paired_test(units, kind: str, margin: float = MARGIN) -> dict:
-    """The test a claim's wording needs, over the seed units of one contrast (Student t, n − 1 df).
-
-    units: (n,) per-seed paired differences (n ≥ 2). kind: one of KINDS:
-      greater      H0: d ≤ 0,  H1: d > 0        p = P(T ≥ t),           t = mean / se
-      less         H0: d ≥ 0,  H1: d < 0        p = P(T ≤ t)
-      noninferior  H0: d ≤ −M, H1: d > −M       p = P(T ≥ (mean + M) / se)
-      equivalent   H0: |d| ≥ M, H1: |d| < M     p = max(P(T ≥ (mean + M)/se), P(T ≤ (mean − M)/se))  (TOST)
-      two-sided    H0: d = 0                    p = 2 P(T ≥ |t|)
-    Returns n, mean, sd, ci95 (half-width of the 95% t interval), p, and p_opposite: the p of the test in the
-    opposite direction (for `decide`'s "contradicted"; d < 0, d < −M, or d outside ±M with the two sides
-    Bonferroni-combined; None for two-sided). The one-sided, non-inferiority and TOST p are scrl_min.stats.paired_test's
-    (the notebooks' rule; with zero spread its p is 0 or 1, never ½). Raises ValueError for fewer than 2 seeds or an
-    unknown kind."""
-    from scipy import stats
-
-    d = np.asarray(units, dtype=float)
-    if kind not in KINDS:
-        raise ValueError(f"unknown test {kind!r}; choose one of {list(KINDS)}")
-    n = len(d)
-    if n < 2:
-        raise ValueError(f"a paired t test needs at least 2 seeds, got {n}")
-    m, sd, df = float(d.mean()), float(d.std(ddof=1)), n - 1
-    se = sd / math.sqrt(n)
-    if kind == "two-sided":  # rows no claim reads: described, not decided
-        z0 = m / se if se > 0 else (math.copysign(math.inf, m) if m != 0 else 0.0)
-        p, opp = min(1.0, 2 * float(stats.t.sf(abs(z0), df))), None
-    else:  # the claim's test and its opposite: the rule in scrl_min (stats.paired_test), defined once
-        p, opp = rule_test(d, kind, margin), rule_test(d, kind, margin, opposite=True)
-    return dict(n=n, mean=m, sd=sd, ci95=float(stats.t.ppf(0.975, df) * se), p=float(p),
-                p_opposite=None if opp is None else float(opp))
-
-
-def decide(kind: str, p_holm: float, p_opposite_holm: float | None, alpha: float = ALPHA) -> str:
-    """A claim's status from its Holm-adjusted p and the Holm-adjusted p of the opposite test, within its family:
-    'reproduced' (greater / less), 'equivalent within ±0.05' (equivalent), 'non-inferior' (noninferior) when
-    p_holm < alpha; 'contradicted' when the opposite test's is; 'not decided' otherwise. '' for a two-sided
-    (descriptive) row. Raises ValueError for an unknown kind."""
-    if kind not in KINDS:
-        raise ValueError(f"unknown test {kind!r}; choose one of {list(KINDS)}")
-    if kind == "two-sided":
-        return ""
-    if p_holm < alpha:
-        return {"equivalent": f"equivalent within ±{MARGIN:g}", "noninferior": "non-inferior"}.get(kind, "reproduced")
-    if p_opposite_holm is not None and p_opposite_holm < alpha:
-        return "contradicted"
-    return "not decided"
-
-
-def apply_holm(rs: list, alpha: float = ALPHA) -> list:
-    """Holm within each row's family (rows with family None are descriptive: no correction, no status). Adds
-    p_holm, p_opposite_holm, m (the family's size), status and seeds (`stated_seeds`) to every row; a row that
-    carries its notebook's own Holm p (`p_holm_given`, notebook 06) keeps it. Returns rs."""
+def decide_families(rs: list) -> list:
+    """The rule over rows that carry per_seed, family and kind: each family's rows through
+    `scrl_min.stats.test_differences` (the test its wording needs, Holm within the family, the status); a row outside
+    every family, or one whose Holm p its notebook gave (`p_holm_given`, notebook 06), described
+    (`describe_difference`: two-sided, no status). Adds m (the family's size) and `with_seeds`. Returns rs."""
     fams = {}
     for r in rs:
-        if r["family"] is not None:
+        if r["family"] is None or "p_holm_given" in r:
+            r.update(describe_difference(r["per_seed"]), p_holm=r.get("p_holm_given"), p_opposite_holm=None,
+                     m=r.get("m_given"), status="")
+        else:
             fams.setdefault(r["family"], []).append(r)
-    for fam, members in fams.items():
-        adj = holm([r["p"] for r in members])
-        opp = [r["p_opposite"] for r in members]
-        adj_opp = holm(opp) if all(v is not None for v in opp) else [None] * len(members)
-        for r, ph, po in zip(members, adj, adj_opp):
-            r.update(p_holm=r.get("p_holm_given", float(ph)), p_opposite_holm=None if po is None else float(po),
-                     m=r.get("m_given", len(members)))
+    for members in fams.values():
+        for r, t in zip(members, test_differences([(r["contrast"], r["per_seed"], r["kind"]) for r in members])):
+            r.update({k: v for k, v in t.items() if k not in ("name", "test")}, m=len(members))
+    return with_seeds(rs)
+
+
+def with_seeds(rs: list) -> list:
+    """Adds seeds to each row of `rs` (None unless undecided): the seeds (batches, for notebook 10) that would decide
+    it at 80% power at its Holm level, with its per-seed sd, at its stated effect: `stated_effect` (notebook 10's
+    predicted gap, a range) where it has one; the observed mean for notebook 11's slopes, which declared no effect
+    (optimistic); else the margin beyond the null's edge (a true mean of 0 for an equivalence row:
+    `seeds_at_stated_effect`). {n: [counts, None where none reaches the power], label, level}. Returns rs."""
     for r in rs:
-        if r["family"] is None:
-            r.update(p_holm=None, p_opposite_holm=None, m=None, status="", seeds=None)
-            continue
-        r["status"] = decide(r["kind"], r["p_holm"], r["p_opposite_holm"], alpha)
-        r["seeds"] = stated_seeds(r, rs, alpha) if r["status"] == "not decided" else None
+        if r.get("status") != "not decided":
+            r["seeds"] = None
+        elif "stated_effect" in r:
+            r["seeds"] = dict(n=[seeds_to_decide(r["sd"], e, r["holm_level"]) for e in r["stated_effect"]],
+                              label=r["effect_label"], level=r["holm_level"])
+        elif r["family"].startswith("11 slopes"):
+            r["seeds"] = dict(n=[r["seeds_to_decide"]], level=r["holm_level"],
+                              label=f"if the true slope were the observed {fmt(r['mean'])}, no effect having been declared")
+        else:
+            r["seeds"] = dict(n=[r["seeds_at_stated_effect"]], level=r["holm_level"], label=(
+                f"if the true difference were 0 (TOST within ±{MARGIN:g})" if r["kind"] == "equivalent"
+                else f"at a {MARGIN:g} effect beyond {THRESHOLD[r['kind']]}"))
     return rs
 
 
-def stated_seeds(r: dict, rs: list, alpha: float = ALPHA) -> dict:
-    """The seeds (batches, for notebook 10) that would decide an undecided row: `scrl_min.seeds_to_decide` at 80%
-    power, at the row's Holm level (the step it is tested at; α/m for a row whose Holm p its notebook gave), with the
-    row's per-seed sd, at its stated effect: the row's `stated_effect` (one value or a range, with `effect_label`)
-    where it has one (notebook 10: the predicted gap), else the margin beyond the null's edge (a true mean of 0 for
-    an equivalence row) for rows in reward units, and the observed mean for notebook 11's slopes, which declared no
-    effect (an optimistic count). Returns {n: [counts, None where no count reaches the power], label, level}."""
-    level = alpha / r["m"] if "p_holm_given" in r else holm_interval(r, rs, alpha)[2]
-    if "stated_effect" in r:
-        effects, label = r["stated_effect"], r["effect_label"]
-    elif r["family"].startswith("11 slopes"):
-        effects = [effect_beyond_null(r["mean"], r["kind"])]
-        label = f"if the true slope were the observed {fmt(r['mean'])}, no effect having been declared"
-    else:
-        effects = [MARGIN]
-        label = (f"if the true difference were 0 (TOST within ±{MARGIN:g})" if r["kind"] == "equivalent"
-                 else f"at a {MARGIN:g} effect beyond {THRESHOLD[r['kind']]}")
-    tost = MARGIN if r["kind"] == "equivalent" else None
-    return dict(n=[seeds_to_decide(r["sd"], e, level, POWER, equivalence_margin=tost) for e in effects],
-                label=label, level=level)
-
-
-def holm_interval(r: dict, rs: list, alpha: float = ALPHA) -> tuple:
-    """`scrl_min.stats.holm_interval` of tested row `r` (after `apply_holm`) among the rows of `rs` in r's family
-    (ties in page order): (lower, upper, a). Raises ValueError for a descriptive row (no family), a row whose Holm p
-    its notebook gave (notebook 06), or a row that is not in `rs`."""
-    if r.get("family") is None or "p_holm_given" in r:
+def holm_interval(r: dict) -> tuple:
+    """A tested row's Holm-level interval (lower, upper, a): mean ± its ci_holm at its Holm level (the deck's;
+    `scrl_min.stats.holm_interval`). Raises ValueError for a row with no Holm step of the page's (descriptive, or its
+    Holm p given by its notebook)."""
+    if r.get("family") is None or "p_holm_given" in r or "ci_holm" not in r:
         raise ValueError(f"{r.get('contrast')!r} has no Holm step of this page's: family {r.get('family')!r}")
-    fam = [x for x in rs if x["family"] == r["family"]]
-    i = next((j for j, x in enumerate(fam) if x is r), None)
-    if i is None:
-        raise ValueError(f"{r.get('contrast')!r} is not among the rows of its family {r['family']!r}")
-    return rule_interval([x["p"] for x in fam], i, r["mean"], r["sd"], r["n"], alpha)
+    return r["mean"] - r["ci_holm"], r["mean"] + r["ci_holm"], r["holm_level"]
 
 
 def page_holm(rs: list) -> list:
@@ -209,7 +139,7 @@ def page_holm(rs: list) -> list:
 
 
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
-# The rows: every paired contrast of the committed JSON, per replicate
+# The rows: every paired contrast of the committed JSON, per replicate, and the rows notebooks saved
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 def _load(name, fig: Path = FIG):
     """figures/NAME, or fig/NAME where `fig` (a folder of figures/replicates/) has that file."""
@@ -343,29 +273,25 @@ def _map_holm_06() -> dict:
 
 
 def tested(source, setting, contrast, replicates, kl=None, family=None, kind="two-sided") -> dict:
-    """One row under the rule: the seed units (mean over `replicates`, (k, n)), the test `kind` over them,
-    the heterogeneity p, each replicate's own mean ± 95%, wins on the claim's side. Holm comes later
-    (`apply_holm`, within `family`). replicates: (k, n) per-seed differences, k replicates × n ≥ 2 seeds; raises
-    ValueError when their lengths differ or n < 2 (`pool_replicates`, `paired_test`)."""
+    """One row of the page before the rule runs (`decide_families`): the seed units (the mean over `replicates`, (k,
+    n): k replicates × n ≥ 2 seeds), the heterogeneity p, each replicate's own mean ± 95%, the family and the test
+    its wording needs. Raises ScrlError when the replicates' lengths differ (`pool_replicates`)."""
     reps = [[float(v) for v in x] for x in replicates]
-    units = pool_replicates(reps)
-    r = dict(source=source, setting=setting, contrast=contrast, family=family, kind=kind, kl=kl, k=len(reps),
-             replicates=reps, per_seed=units.tolist(), het_p=heterogeneity_p(reps),
-             replicate_means=[[float(v) for v in mean_ci95(x)] for x in reps], wins=wins(units, kind))
-    r.update(paired_test(units, kind))
-    return r
+    return dict(source=source, setting=setting, contrast=contrast, family=family, kind=kind, kl=kl, k=len(reps),
+                replicates=reps, per_seed=pool_replicates(reps).tolist(), het_p=replicate_heterogeneity(reps),
+                replicate_means=[[float(v) for v in mean_ci95(x)] for x in reps])
 
 
 def tested_rows() -> list:
-    """Every paired contrast in final clean reward, pooled over replicates, with its family's Holm p, its status
-    and the page-wide Holm p (sensitivity only), in page order: 02, 11 (per rung, then the ladder reference),
-    06, 07. Rows of one (source, setting, contrast) are matched across replicates; a replicate that lacks a row
-    leaves the row to the replicates that have it."""
-    by_dir = {f: rows(f) for f in {f for src in ("02", "11", "06", "07") for f in replicate_dirs(src)}}
+    """Every paired contrast in final clean reward of notebooks 02, 11 (per rung, then the ladder reference) and 06,
+    pooled over replicates, with its family's Holm p, its status and the page-wide Holm p (sensitivity only), in page
+    order. Rows of one (source, setting, contrast) are matched across replicates; a replicate that lacks a row leaves
+    the row to the replicates that have it."""
+    by_dir = {f: rows(f) for f in {f for src in ("02", "11", "06") for f in replicate_dirs(src)}}
     ref = [ladder_reference(f) for f in replicate_dirs("11")]
     holm06 = _map_holm_06()
     out = []
-    for src in ("02", "11", "06", "07"):
+    for src in ("02", "11", "06"):
         reps = [[r for r in by_dir[f] if r["source"] == src] for f in replicate_dirs(src)]
         if src == "11":
             reps = [a + b for a, b in zip(reps, ref)]
@@ -378,158 +304,134 @@ def tested_rows() -> list:
             if family == "06 map":
                 row.update(p_holm_given=holm06[key], m_given=54)
             out.append(row)
-    return page_holm(apply_holm(out))
+    return page_holm(decide_families(out))
 
 
-# Notebook 13's JSON per family (its pre-registration, committed before its runs), and per metric the JSON's key
+def saved_rows(saved: list, source: str, family: str, setting) -> list:
+    """A pre-registered notebook's claim rows as it saved them in its JSON (written by `scrl_min.test_family`: p,
+    Holm p within the family, status; tests/test_stats_rule.py recomputes them from the per-seed values), as the
+    page's rows: named by source, setting(row) and family, k = 1 (one run per seed and arm: nothing to pool), with
+    the seeds that would decide an undecided one (`with_seeds`)."""
+    return with_seeds([dict(r, source=source, setting=setting(r), contrast=r["name"].split(": ")[-1], family=family,
+                            kind=r["test"], k=1, kl=None, m=len(saved)) for r in saved])
+
+
+# Notebook 13's JSON per family (its pre-registration, committed before its runs); its claim ids start with the letter
 CONFIRMATORY = (("13_confirmatory.json", "13 A", "lr"), ("13_gentle_optimizer.json", "13 B", "gentle_lr"))
-CONFIRMATORY_METRICS = (("auc", "primary (AUC)", "", "AUC"),
-                        ("final", "secondary (final clean reward)", " final", "final clean reward"))
-
-
-def _holm_as_the_notebook(fam: list, given: list, where: str) -> list:
-    """Holm within `fam` (`apply_holm`), checked against the Holm p its notebook saved (`given`, in the same order);
-    returns fam. Raises ValueError naming `where` when the counts differ or a p differs by more than 1e-9."""
-    apply_holm(fam)
-    if len(given) != len(fam) or any(abs(r["p_holm"] - g) > 1e-9 for r, g in zip(fam, given)):
-        raise ValueError(f"{where}: the notebook's Holm p differs from the page's (notebook {given}, page "
-                         f"{[r['p_holm'] for r in fam]})")
-    return fam
+METRICS = (("primary (AUC)", "", "AUC"), ("secondary (final clean reward)", " final", "final clean reward"))
 
 
 def confirmatory_rows(fig: Path = FIG) -> list:
-    """Notebook 13's pre-registered families under the rule: for family A (lr 0.5) and family B (the gentler lr),
-    and for each metric (the AUC, its primary; the final clean reward, its secondary family), every declared
-    hypothesis (a, b, test) as a tested row over the seeds' paired differences a − b (one run per seed and arm,
-    so k = 1: nothing to pool), Holm within that family alone. The notebook's own per-CPU-kind heterogeneity p
-    is carried for the flag. Empty when the notebook's JSON is missing. Raises ValueError when a Holm p the
-    notebook saved differs from this page's by more than 1e-9 (the page and the notebook would disagree)."""
+    """Notebook 13's pre-registered families as it saved them ("claims", each with its id: A1-A7, B1-B4): family A
+    (lr 0.5) and family B (the gentler lr), each on the AUC (its primary) and the final clean reward (its secondary
+    family). Empty when the notebook's JSON is missing."""
     out = []
     for name, family, lr_key in CONFIRMATORY:
         d = _load(name, fig)
-        if not d:
-            continue
-        par = d["parameters"]
-        for metric, key, suffix, label in CONFIRMATORY_METRICS:
-            fam = []
-            for (a, b, kind), given in zip(d["hypotheses"], d["families"][key], strict=True):
-                diffs = (np.asarray(d["per_arm"][a][f"{metric}_per_seed"], float)
-                         - np.asarray(d["per_arm"][b][f"{metric}_per_seed"], float))
-                r = tested("13", f"FP8 + σ {par['noise_std']:g}, raw, lr {par[lr_key]:g}, {label}", f"{a} − {b}",
-                           [diffs], None, family + suffix, kind)
-                r.update(metric=label, het_p=given.get("het_p"), p_holm_notebook=given["p_holm"])
-                fam.append(r)
-            out.extend(_holm_as_the_notebook(fam, [r["p_holm_notebook"] for r in fam], f"{name}, {key}"))
+        for key, suffix, label in METRICS if d else ():
+            par = d["parameters"]
+            out += [dict(r, metric=label) for r in saved_rows(
+                [r for r in d["claims"] if r["family"] == key], "13", family + suffix,
+                lambda r: f"FP8 + σ {par['noise_std']:g}, raw, lr {par[lr_key]:g}, {label}")]
     return out
-
-
-STALENESS_PAIRS = (("sc_tis", "tis"), ("sc_mis", "mis"))  # notebook 07's SC + IS − IS, per IS kind
-STALENESS_METRICS = (("auc", "primary (auc)", "", "AUC"), ("final", "secondary: final reward", " final", "final clean reward"))
 
 
 def staleness_rows(fig: Path = FIG) -> list:
-    """Notebook 07's redesign (staleness where the optimizer is stable; its pre-registration and amendment 1) under the
-    rule: per schedule, SC + IS − IS per seed, the mean over its lags and IS kinds of the paired differences, tested
-    one-sided (P1, P3: > 0) and for non-inferiority at −M (P2, P4), Holm over the four; the AUC its primary family,
-    the final clean reward its secondary. Empty when the JSON is the first design's or missing. Raises ValueError
-    when a Holm p the notebook saved differs from this page's by more than 1e-9."""
+    """Notebook 07's redesign (staleness where the optimizer is stable; its pre-registration and amendment 1) as it
+    saved its families: per schedule, SC + IS − IS per seed, averaged over its lags and IS kinds, one-sided (P1, P3:
+    > 0) and non-inferior at −M (P2, P4), Holm over the four; the AUC its primary family, the final clean reward its
+    secondary. Empty when the JSON is the first design's or missing."""
     d = _load("07_staleness.json", fig)
     if not d or "runs" not in d:
         return []
-    par, runs = d["parameters"], d["runs"]
-    pairs = [(a, b) for a, b in STALENESS_PAIRS if a in par["arms"] and b in par["arms"]]
-    out = []
-    for metric, key, suffix, label in STALENESS_METRICS:
-        fam = []
-        for sched in par["schedules"]:
-            units = np.mean([np.subtract(runs[f"{sched} / s={s} / {a}"][metric], runs[f"{sched} / s={s} / {b}"][metric])
-                             for s in par["staleness"] for a, b in pairs], axis=0)  # (seeds,)
-            setting = (f"{sched} schedule, staleness {', '.join(map(str, par['staleness']))}, "
-                       f"{par['sampler_precision']} sampler, lr {par['lr']:g}, {label}")
-            for kind in ("greater", "noninferior"):
-                fam.append(tested("07", setting, "SC + IS − IS", [units], None, "07 P" + suffix, kind))
-        out.extend(_holm_as_the_notebook(fam, [r["p_holm"] for r in d["families"][key]], f"07_staleness.json, {key}"))
-    return out
+    par = d["parameters"]
+    return [r for (_, suffix, label), key in zip(METRICS, ("primary (auc)", "secondary: final reward"))
+            for r in saved_rows(d["families"][key], "07", "07 P" + suffix, lambda r: (
+                f"{r['name'].split(':')[0]} schedule, staleness {', '.join(map(str, par['staleness']))}, "
+                f"{par['sampler_precision']} sampler, lr {par['lr']:g}, {label}"))]
+
+
+def regime_rows() -> list:
+    """Notebook 16's pre-registered primary family (group-centred advantages, the AUC) as it saved it (`saved_rows`),
+    each row with the article's wording (REGIME_WORDING, by claim id G1-G4). Empty before its JSON is committed."""
+    g = _load("16_grpo_regime.json")
+    if g is None:
+        return []
+    fam = [r for r in g["claims"] if r["family"] == "primary (AUC)"]
+    par = g["parameters"]
+    return [dict(r, wording=REGIME_WORDING[r["id"]]) for r in saved_rows(fam, "16", "16", lambda r: (
+        f"{par['sampler_precision'].upper()} + σ {par['noise_std']:g}, group-centred, lr {par['lr']:g}, AUC"))]
 
 
 def slope_rows() -> list:
     """Notebook 11's declared slopes under the rule: each seed's own slope of the paired difference against
     log10 KL (the seed-respecting version its pre-registration names), the mean over replicates per seed, a
     one-sided t test (the edge grows: slope > 0), Holm over the two slopes."""
-    out = []
     reps = [_load("11_severity_slope.json", f) for f in replicate_dirs("11")]
     if not reps[0]:
-        return out
-    for name in reps[0]["slopes"]:
-        per = [d["slopes"][name]["per_seed_slopes"] for d in reps if name in d["slopes"]]
-        out.append(tested("11", f"severity ladder, {len(reps[0]['rungs'])} rungs", f"{name} slope", per,
-                          family="11 slopes", kind="greater"))
-    return apply_holm(out)
-
-
-def _gradient_contrasts(g) -> list:
-    """Notebook 10's pre-registered contrasts in figures/10_gradient_test.json, in GRADIENT_TESTS' order: (key, the
-    notebook's name, its dict). Raises KeyError when the JSON lacks one (a run of another design)."""
-    sec = {name.split(" · ")[0]: (name, c) for name, c in g["secondary"].items()}
-    p = g["parameters"]
-    return [(key, f"primary · SC − MIS, {p['primary_sampler']}, start", g["primary"]) if key == "primary"
-            else (key, *sec[key]) for key, *_ in GRADIENT_TESTS]
+        return []
+    return decide_families([tested("11", f"severity ladder, {len(reps[0]['rungs'])} rungs", f"{name} slope",
+                                   [d["slopes"][name]["per_seed_slopes"] for d in reps if name in d["slopes"]],
+                                   family="11 slopes", kind="greater") for name in reps[0]["slopes"]])
 
 
 def gradient_rows(g) -> list:
     """Notebook 10's pre-registered tests under the rule: the primary contrast (a family of one) and the three
-    secondaries (Holm among themselves), each one-sided in SC's favour (the claim: SC's MSE is lower, D < 0; the
-    rule's test for "SC beats X", which replaces the notebook's two-sided one, the families staying the
-    notebook's). The statistic is the notebook's: D = mean of D_b = ‖ĝ_SC‖² − ‖ĝ_X‖² − 2(ĝ_SC − ĝ_X)·ĝ*_ref over n
-    batches, in ‖g*‖² units, with standard error √(sd_D² / n + ref_term_sd²) (its t interval widened by the
+    secondaries (Holm among themselves, `decide_family`), each one-sided in SC's favour (the claim: SC's MSE is
+    lower, D < 0; the rule's test for "SC beats X", which replaces the notebook's two-sided one, the families staying
+    the notebook's). The statistic is the notebook's: D = mean of D_b = ‖ĝ_SC‖² − ‖ĝ_X‖² − 2(ĝ_SC − ĝ_X)·ĝ*_ref over
+    n batches, in ‖g*‖² units, with standard error √(sd_D² / n + ref_term_sd²) (its t interval widened by the
     reference's term), t with n − 1 df. Each row: key, label, family, kind, mean (D), ci95 (the notebook's D_ci95),
-    sd (sd_D, per batch), n (batches), p and p_opposite (one-sided), p_notebook (its two-sided p) and
-    p_holm_notebook, rel_gap, rel_ci95, predicted (the predicted relative gap, 2-3 × KL), kl, other (the estimator
-    SC is compared with), power (the notebook's power computation for it), decision (the primary's, by the
-    notebook's decision rule); then apply_holm's p_holm, status and seeds (batches). [] when notebook 10 has not
-    run."""
+    sd (sd_D, per batch), n (batches), p and p_opposite, p_notebook and p_holm_notebook (its two-sided ones),
+    rel_gap, rel_ci95, predicted (the predicted relative gap, 2-3 × KL), kl, other (the estimator SC is compared
+    with), power (the notebook's power computation for it), decision (the primary's, by the notebook's rule),
+    robust (its post hoc robust check); then the rule's Holm p and status, and `with_seeds`' batches."""
     from scipy.stats import t as t_dist
 
+    sec = {name.split(" · ")[0]: (name, c) for name, c in g["secondary"].items()}
+    p = g["parameters"]
     out = []
-    for (key, label, c), (_, family, other, power_key, _) in zip(_gradient_contrasts(g), GRADIENT_TESTS):
+    for key, family, other, power_key, _ in GRADIENT_TESTS:
+        label, c = (f"primary · SC − MIS, {p['primary_sampler']}, start", g["primary"]) if key == "primary" else sec[key]
         n = c["n"]
         t = c["D"] / math.sqrt(c["sd_D"] ** 2 / n + c["ref_term_sd"] ** 2)
-        out.append(dict(key=key, label=label, family=family, kind="less", mean=c["D"], ci95=c["D_ci95"], sd=c["sd_D"],
-                        n=n, p=float(t_dist.sf(-t, n - 1)), p_opposite=float(t_dist.sf(t, n - 1)), p_notebook=c["p"],
-                        p_holm_notebook=c.get("p_holm"), rel_gap=c["rel_gap"], rel_ci95=c["rel_ci95"],
-                        predicted=list(c["predicted_rel_gap"]), kl=c["kl"], other=other,
+        out.append(dict(key=key, label=label, family=family, kind="less", test="less", mean=c["D"], ci95=c["D_ci95"],
+                        sd=c["sd_D"], n=n, p=float(t_dist.sf(-t, n - 1)), p_opposite=float(t_dist.sf(t, n - 1)),
+                        p_notebook=c["p"], p_holm_notebook=c.get("p_holm"), rel_gap=c["rel_gap"],
+                        rel_ci95=c["rel_ci95"], predicted=list(c["predicted_rel_gap"]), kl=c["kl"], other=other,
                         power=g.get("prediction", {}).get("power", {}).get(power_key), decision=c.get("decision"),
-                        robust=c.get("robust"),
-                        stated_effect=[-gap * c["mse_b"] for gap in c["predicted_rel_gap"]],
+                        robust=c.get("robust"), stated_effect=[-gap * c["mse_b"] for gap in c["predicted_rel_gap"]],
                         effect_label=f"at the predicted gap, {-c['predicted_rel_gap'][0]:.1%} to "
                                      f"{-c['predicted_rel_gap'][1]:.1%} of MSE_{other} (2-3 × KL)"))
-    return apply_holm(out)
+    for family in dict.fromkeys(r["family"] for r in out):
+        members = decide_family([r for r in out if r["family"] == family])
+        for r in members:
+            r["m"] = len(members)
+    return with_seeds(out)
 
 
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
-# Claims, tables and the page's generated text
+# Rendering: a row's numbers and status, the claims (the article's wording → a row)
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 def fmt(x, signed=True, d=3):
     return f"{x:+.{d}f}" if signed else f"{x:.{d}f}"
 
 
-SIDE = {"greater": "above 0", "less": "below 0", "noninferior": f"above −{MARGIN:g}",
-        "equivalent": f"within ±{MARGIN:g}", "two-sided": "above 0"}
+def _pm(r, d=2) -> str:
+    return f"{fmt(r['mean'], d=d)} ± {r['ci95']:.{d}f}"
+
+
+def _pct(x, signed=True) -> str:
+    return f"{x:+.2%}" if signed else f"{x:.2%}"
 
 
 def _find(rs, source, contrast, setting_prefix=None):
-    for r in rs:
-        if r["source"] == source and r["contrast"] == contrast and (setting_prefix is None
-                                                                    or r["setting"].startswith(setting_prefix)):
-            return r
-    return None
-
-
-THRESHOLD = {"greater": "0", "less": "0", "noninferior": f"−{MARGIN:g}", "equivalent": f"±{MARGIN:g}"}
+    return next((r for r in rs if r["source"] == source and r["contrast"] == contrast
+                 and (setting_prefix is None or r["setting"].startswith(setting_prefix))), None)
 
 
 def _count(seeds: dict) -> str | None:
-    """'N' or 'N1-N2' from `stated_seeds`' counts ('N1 to more than 100,000' where one does not reach the power);
+    """'N' or 'N1-N2' from `with_seeds`' counts ('N1 to more than 100,000' where one does not reach the power);
     None when no count does."""
     ns = [n for n in seeds["n"] if n is not None]
     if not ns:
@@ -539,60 +441,59 @@ def _count(seeds: dict) -> str | None:
     return f"{ns[0]:,}" if len(set(ns)) == 1 else f"{min(ns):,}-{max(ns):,}"
 
 
-def _wrong_side(r) -> bool:
-    """The estimate lies on the far side of the claim's threshold (for TOST: outside the margin)."""
-    return effect_beyond_null(r["mean"], r["kind"]) <= 0
+def _wrong_side(r) -> str:
+    """Where the estimate lies when it is on the far side of the claim's threshold ('outside ±M' for TOST), else ''."""
+    if effect_beyond_null(r["mean"], r["kind"]) > 0:
+        return ""
+    return f"outside ±{MARGIN:g}" if r["kind"] == "equivalent" else f"on the wrong side of {THRESHOLD[r['kind']]}"
 
 
-def _powered(r) -> bool:
-    """The row ran at least the units its stated effect needs (every count of a range)."""
-    return all(n is not None and n <= r["n"] for n in r["seeds"]["n"])
+def _powered(r, unit="seeds") -> str:
+    """'its N seeds had 80% power <at the stated effect>; 95% interval [lo, hi]' when the row ran at least the units
+    every count of its stated effect needs, else ''."""
+    if not all(n is not None and n <= r["n"] for n in r["seeds"]["n"]):
+        return ""
+    return (f"its {r['n']} {unit} had 80% power {r['seeds']['label']}; 95% interval [{fmt(r['mean'] - r['ci95'])}, "
+            f"{fmt(r['mean'] + r['ci95'])}]")
 
 
 def _seeds_text(r, unit="seeds") -> str:
     """The not-decided reason: where the estimate lies, and the seeds that would decide the row at its stated
-    effect (`stated_seeds`)."""
+    effect (`with_seeds`)."""
     n, sd = _count(r["seeds"]), f"sd over {unit} {r['sd']:.3f}"
     at = f"(80% power at its Holm level {r['seeds']['level']:.3g}, {sd})"
     if n is None:
-        return f"no number of {unit} at this estimate (it lies on the wrong side of {THRESHOLD[r['kind']]}; {sd})"
+        return f"no number of {unit} at this estimate (it lies {_wrong_side(r)}; {sd})"
     if _wrong_side(r):
-        return (f"its estimate lies on the wrong side of {THRESHOLD[r['kind']]}; {n} {unit} would decide it "
-                f"{r['seeds']['label']} {at}")
-    if _powered(r):
-        return f"its {r['n']} {unit} had 80% power {r['seeds']['label']} ({n} would do) {at}"
-    return f"{n} {unit} would decide it {r['seeds']['label']} {at}"
+        return f"its estimate lies {_wrong_side(r)}; {n} {unit} would decide it {r['seeds']['label']} {at}"
+    return _powered(r, unit) or f"{n} {unit} would decide it {r['seeds']['label']} {at}"
+
+
+def _flags(r, text: str, sep: str) -> str:
+    if FAMILIES[r["family"]][1]:
+        text = f"exploratory{sep}{text}"
+    if r.get("het_p") is not None and r["het_p"] < 0.05:
+        text += f"{sep}replicates differ" + (f" (heterogeneity p {p_text(r['het_p'])})" if sep == " · " else "")
+    return text
 
 
 def status_text(r, unit="seeds") -> str:
     """A tested row's status as the claims table writes it (bold when decided), with the exploratory label, the
     seeds that would decide it when not decided, and the replicates flag."""
-    st = r["status"]
-    text = f"not decided: {_seeds_text(r, unit)}" if st == "not decided" else f"**{st}**"
-    if FAMILIES[r["family"]][1]:
-        text = f"exploratory · {text}"
-    if r.get("het_p") is not None and r["het_p"] < 0.05:
-        text += f" · replicates differ (heterogeneity p {p_text(r['het_p'])})"
-    return text
+    return _flags(r, f"not decided: {_seeds_text(r, unit)}" if r["status"] == "not decided" else f"**{r['status']}**",
+                  " · ")
 
 
 def short_status(r, unit="seeds") -> str:
     """The README's status in a few words."""
-    st = r["status"]
     n = None if r["seeds"] is None else _count(r["seeds"])
-    if st != "not decided":
-        text = f"**{st}**"
+    if r["status"] != "not decided":
+        text = f"**{r['status']}**"
     elif n is None or _wrong_side(r):
-        text = f"not decided (estimate on the wrong side of {THRESHOLD[r['kind']]})"
-    elif _powered(r):
-        text = "not decided (powered for the stated effect)"
+        text = f"not decided (estimate {_wrong_side(r)})"
     else:
-        text = f"not decided ({n} {unit} would)"
-    if FAMILIES[r["family"]][1]:
-        text = f"exploratory; {text}"
-    if r.get("het_p") is not None and r["het_p"] < 0.05:
-        text += "; replicates differ"
-    return text
+        text = f"not decided ({_powered(r, unit) or f'{n} {unit} would'})"
+    return _flags(r, text, "; ")
 
 
 def number_text(r, what: str = "", unit: str = "") -> str:
@@ -613,14 +514,31 @@ def _where(r, name: str) -> str:
     return f"{name}, {r['n']} seeds{k}"
 
 
+# Notebook 13's claims (their ids in its JSON) as the article words them, and notebook 02's earlier contrast of each
+WORDING_13 = {
+    "A1": ("A mismatched sampler costs plain training reward (plain < no-mismatch reference)", "plain − bf16"),
+    "A2": ("Score centering recovers it (SC > plain)", "sc − plain"),
+    "A4": ("SC matches TIS (equivalent within ±0.05)", None), "A3": ("SC matches MIS (equivalent within ±0.05)", None),
+    "A6": ("SC matches or beats TIS (non-inferior at −0.05)", "sc − tis"),
+    "A5": ("SC matches or beats MIS (non-inferior at −0.05)", "sc − mis"),
+    "A7": ("SC is more than a group baseline (SC > the same sampler with group-centred advantages, no correction)", None),
+    "B1": ("With a gentler optimizer the mismatch still costs plain (plain < bf16)", None),
+    "B2": ("… and SC still recovers it (SC > plain)", None), "B3": ("… and SC matches MIS (equivalent within ±0.05)", None),
+    "B4": ("… and SC matches or beats MIS (non-inferior at −0.05)", None)}
+STALENESS_WORDING = {
+    "greater": "Centering helps IS under staleness (SC + IS > IS, on average over lags and IS kinds)",
+    "noninferior": "… and costs IS nothing (SC + IS non-inferior to IS at −0.05, on average over lags and IS kinds)",
+    "refresh": "the sampler refreshed every s + 1 steps (the article's schedule)", "constant": "a constant lag of s steps"}
+
+
 def claims(rs: list | None = None, slopes: list | None = None, g=None, c13: list | None = None,
            st07: list | None = None) -> list:
     """Each claim of the article as a dict: claim, where, number, status, short (mean ± 95%), short_status, and
-    the tested row it reads (row; None for the gradient summary and the top-k claim). rs: tested_rows();
-    slopes: slope_rows(); g: notebook 10's JSON (read from figures/ when None); c13: confirmatory_rows(); st07:
-    staleness_rows() (notebook 07's redesign: its P1-P4 give the staleness rows when it has run).
-    Where notebook 13 (the confirmatory run on fresh seeds) tests a claim, its primary family decides the row,
-    with its secondary family's result and notebook 02's earlier run in the number; elsewhere notebook 02 does."""
+    the tested row it reads (row; None for the descriptive gradient rows, the length drift and the top-k claim).
+    rs: tested_rows(); slopes: slope_rows(); g: notebook 10's JSON; c13: confirmatory_rows(); st07:
+    staleness_rows() (each read from figures/ when None). Where notebook 13 (the confirmatory run on fresh seeds)
+    tests a claim, its primary family decides the row, with its secondary family's result and notebook 02's earlier
+    run in the number; elsewhere notebook 02 does."""
     rs = tested_rows() if rs is None else rs
     slopes = slope_rows() if slopes is None else slopes
     g = _load("10_gradient_test.json") if g is None else g
@@ -628,21 +546,13 @@ def claims(rs: list | None = None, slopes: list | None = None, g=None, c13: list
     st07 = staleness_rows() if st07 is None else st07
     h = _load("02_fp8_arms.json")
     head = f"02 · {h.get('setting', 'FP8 + σ 0.1')}, raw" if h else "02"
-    topk = _load("03_topk_estimator.json")
     out = []
 
     def add(claim, where, r, note=""):
-        if r is None:
-            out.append(dict(claim=claim, where=where.split(",")[0], number="–", status="untested here",
-                            short="–", short_status="untested here", row=None))
-            return
         k = "" if r["k"] == 1 else f" × {r['k']} CPU models"
         out.append(dict(claim=claim, where=_where(r, where), number=number_text(r) + note, status=status_text(r),
                         short=f"{fmt(r['mean'], d=2)} ± {r['ci95']:.2f} ({r['n']} seeds{k})",
                         short_status=short_status(r), row=r))
-
-    def find13(family, contrast, kind):
-        return next((r for r in c13 if (r["family"], r["contrast"], r["kind"]) == (family, contrast, kind)), None)
 
     def add_auc(claim, r, sec, earlier=None):
         """A claim decided on the AUC by a pre-registered primary row `r` (notebook 13 or 07's redesign), quoting its
@@ -650,56 +560,41 @@ def claims(rs: list | None = None, slopes: list | None = None, g=None, c13: list
         note = (f"; the final clean reward (its secondary family): {fmt(sec['mean'])} ± {sec['ci95']:.3f}, "
                 f"Holm p {p_text(sec['p_holm'])}, {sec['status']}" if sec else "")
         if earlier is not None:
-            note += (f"; notebook 02's earlier run (final clean reward): {fmt(earlier['mean'], d=2)} ± "
-                     f"{earlier['ci95']:.2f}, {earlier['status']}")
-        fresh = " fresh" if r["source"] in ("13", "07") else ""  # both pre-registered on seeds no run had used
+            note += (f"; notebook 02's earlier run (final clean reward): {_pm(earlier)}, {earlier['status']}")
         out.append(dict(claim=claim, where=_where(r, f"{r['source']} · {r['setting'].rsplit(',', 1)[0]}").replace(
-                            " seeds", f"{fresh} seeds"),
+                            " seeds", " fresh seeds"),  # 13 and 07: both pre-registered on seeds no run had used
                         number=number_text(r, "AUC ") + note, status=status_text(r),
-                        short=f"{fmt(r['mean'], d=2)} ± {r['ci95']:.2f} AUC ({r['n']}{fresh} seeds)",
+                        short=f"{fmt(r['mean'], d=2)} ± {r['ci95']:.2f} AUC ({r['n']} fresh seeds)",
                         short_status=short_status(r), row=r, earlier=earlier))
 
-    def add13(claim, family, contrast, kind, earlier=None):
-        """The claim from notebook 13's `family` (primary, the AUC), its secondary and notebook 02's `earlier` row."""
-        add_auc(claim, find13(family, contrast, kind), find13(f"{family} final", contrast, kind), earlier)
+    def add13(*ids):
+        for cid in ids:
+            wording, earlier = WORDING_13[cid]
+            prim, sec = (next(r for r in c13 if r["id"] == cid and r["family"].endswith(" final") == f) for f in (0, 1))
+            add_auc(wording, prim, sec, earlier and _find(rs, "02", earlier))
 
-    add13("A mismatched sampler costs plain training reward (plain < no-mismatch reference)", "13 A", "plain − bf16",
-          "less", _find(rs, "02", "plain − bf16"))
+    add13("A1")
     add("… also under FP8 alone (a real format, no noise)", "11 · fp8 rung − 02's bf16, raw",
         _find(rs, "11", "plain − bf16 (02's)", "fp8, "))
-    add13("Score centering recovers it (SC > plain)", "13 A", "sc − plain", "greater", _find(rs, "02", "sc − plain"))
-    add13("SC matches TIS (equivalent within ±0.05)", "13 A", "sc − tis", "equivalent")
-    add13("SC matches MIS (equivalent within ±0.05)", "13 A", "sc − mis", "equivalent")
-    add13("SC matches or beats TIS (non-inferior at −0.05)", "13 A", "sc − tis", "noninferior",
-          _find(rs, "02", "sc − tis"))
-    add13("SC matches or beats MIS (non-inferior at −0.05)", "13 A", "sc − mis", "noninferior",
-          _find(rs, "02", "sc − mis"))
+    add13("A2", "A4", "A3", "A6", "A5")
     add("SC + IS beats IS (SC+MIS > MIS)", head, _find(rs, "02", "sc_mis − mis"),
         "; where every ratio and ρ are in the band, SC+MIS is MIS exactly (docs/method.md)")
-    add13("SC is more than a group baseline (SC > the same sampler with group-centred advantages, no correction)", "13 A", "sc − baseline",
-          "greater")
-    add13("With a gentler optimizer the mismatch still costs plain (plain < bf16)", "13 B", "plain − bf16", "less")
-    add13("… and SC still recovers it (SC > plain)", "13 B", "sc − plain", "greater")
-    add13("… and SC matches MIS (equivalent within ±0.05)", "13 B", "sc − mis", "equivalent")
-    add13("… and SC matches or beats MIS (non-inferior at −0.05)", "13 B", "sc − mis", "noninferior")
+    add13("A7", "B1", "B2", "B3", "B4")
     for r in slopes:
-        name = r["contrast"].replace(" slope", "")
-        out.append(dict(claim=f"SC's edge grows with the mismatch ({name} against log10 KL)",
+        out.append(dict(claim=f"SC's edge grows with the mismatch ({r['contrast'].replace(' slope', '')} against log10 KL)",
                         where=_where(r, "11 · severity ladder, each seed's own slope"),
                         number=number_text(r, "slope ", " per tenfold KL"), status=status_text(r),
                         short=f"slope {fmt(r['mean'], d=2)} ± {r['ci95']:.2f} per tenfold KL",
                         short_status=short_status(r), row=r))
     out.extend(gradient_claims(g))
-    for sched, which in (("refresh", "the sampler refreshed every s + 1 steps (the article's schedule)"),
-                         ("constant", "a constant lag of s steps")):  # notebook 07's redesign: P1-P4
-        for kind, wording in (("greater", "Centering helps IS under staleness (SC + IS > IS, on average over lags and IS kinds)"),
-                              ("noninferior", "… and costs IS nothing (SC + IS non-inferior to IS at −0.05, on average over lags "
-                                              "and IS kinds)")):
+    for sched in ("refresh", "constant"):  # notebook 07's redesign: P1-P4
+        for kind in ("greater", "noninferior"):
             r, sec = (next((x for x in st07 if x["family"] == fam and x["kind"] == kind
                             and x["setting"].startswith(sched)), None) for fam in ("07 P", "07 P final"))
             if r is not None:
-                add_auc(f"{wording}; {which}", r, sec)
+                add_auc(f"{STALENESS_WORDING[kind]}; {STALENESS_WORDING[sched]}", r, sec)
     out.append(length_drift_claim(_load("14_length_drift_runs.json"), _load("14_length_drift_iterated.json")))
+    topk = _load("03_topk_estimator.json")
     if topk:
         b = topk["settings"]["σ=0.1, T=1"]["by_k"]
         i = b["k"].index(128)
@@ -729,40 +624,28 @@ def length_drift_claim(ld, iterated) -> dict:
     first = "" if not ld else f"; the first design (sampled training runs): {ld['primary'].get('status', '–')}"
     number = (f"{fmt(p['mean'])} ± {p['ci95']:.3f} nats ({p['n']} seeds; predicted {fmt(pred['delta'])}, "
               f"no-drift band ± {pred['no_drift_half_band']:.3f}){first}")
-    short = f"{fmt(p['mean'], d=2)} ± {p['ci95']:.2f} nats ({p['n']} seeds, iterated drift)"
-    status = p["status"]
+    out = dict(claim=claim, where=where, number=number, status=p["status"], row=None,
+               short=f"{fmt(p['mean'], d=2)} ± {p['ci95']:.2f} nats ({p['n']} seeds, iterated drift)")
     arms = iterated.get("per_arm", {})
-    plain_d = np.array(arms.get("plain", {}).get("d_logp_eos_per_seed", []))
-    sc_d = np.array(arms.get("sc", {}).get("d_logp_eos_per_seed", []))
-    if status.startswith("not decided") and len(plain_d) and plain_d.min() < 0 < plain_d.max() and len(sc_d):
+    plain_d, sc_d = (np.array(arms.get(a, {}).get("d_logp_eos_per_seed", [])) for a in ("plain", "sc"))
+    if p["status"].startswith("not decided") and len(plain_d) and plain_d.min() < 0 < plain_d.max() and len(sc_d):
         share, smaller = float(np.abs(sc_d).sum() / np.abs(plain_d).sum()), int((np.abs(sc_d) < np.abs(plain_d)).sum())
-        status = (f"not decided: the sign of plain's push on log p(EOS) follows each seed's noise draw "
-                  f"({plain_d.min():+.2f} to {plain_d.max():+.2f} nats), so this design cannot decide a signed claim; "
-                  f"exploratory: SC's |Δ log p(EOS)| is {share:.1%} of plain's, smaller at {smaller} of {len(sc_d)} seeds")
-        return dict(claim=claim, where=where, number=number, status=status, short=short, row=None,
-                    short_status=f"not decided (its sign follows the noise draw); SC leaves {share:.1%} of plain's, exploratory")
-    if p["mean"] < 0 and status.startswith("not decided"):  # more seeds at this mean would contradict the claim
-        status = status.replace(" would decide it", " would decide it, as contradicted,")
-        status += "; the mean is on the side the claim does not predict (notebook 14's two-sided rule)"
-    short_status = status.split("; the mean is on the side")[0].replace(", at the observed sd", "")  # the page has it
-    return dict(claim=claim, where=where, number=number, status=status, short=short, short_status=short_status, row=None)
+        return dict(out, status=f"not decided: the sign of plain's push on log p(EOS) follows each seed's noise draw "
+                                f"({plain_d.min():+.2f} to {plain_d.max():+.2f} nats), so this design cannot decide a "
+                                f"signed claim; exploratory: SC's |Δ log p(EOS)| is {share:.1%} of plain's, smaller at "
+                                f"{smaller} of {len(sc_d)} seeds",
+                    short_status=f"not decided (its sign follows the noise draw); SC leaves {share:.1%} of plain's, "
+                                 f"exploratory")
+    return dict(out, short_status=p["status"])
 
 
-def _pct(x, signed=True) -> str:
-    return f"{x:+.2%}" if signed else f"{x:.2%}"
-
-
-def _gradient_where(g, r) -> str:
-    p = g["parameters"]
+def _gradient_number(g, r) -> tuple:
+    """A gradient row's (where, numbers): D ± 95% in ‖g*‖², the relative gap and the predicted one, the rule's
+    one-sided p and Holm p in its family beside the notebook's two-sided ones, the power the notebook computed for it,
+    its decision rule (the primary) and the post hoc robust check."""
+    p, b = g["parameters"], r["other"]
     sampler = p["secondary_sampler"] if r["key"] == "S2" else p["primary_sampler"]
     policy = f"after {p['ref_steps']} updates" if r["key"] == "S3" else "start policy"
-    return f"10 · {sampler}, {policy}, raw, k = {p['k']}, {r['n']} batches"
-
-
-def _gradient_number(r) -> str:
-    """A gradient row's numbers: D ± 95% in ‖g*‖², the relative gap and the predicted one, the rule's one-sided p
-    and Holm p in its family beside the notebook's two-sided ones, the power the notebook computed for it."""
-    b = r["other"]
     s = (f"MSE_SC − MSE_{b} {fmt(r['mean'])} ± {r['ci95']:.3f} ‖g*‖² ({r['n']} batches); relative gap "
          f"{_pct(r['rel_gap'])} ± {_pct(r['rel_ci95'], False)} of MSE_{b}, predicted {r['predicted'][0]:.1%} to "
          f"{r['predicted'][1]:.1%} (2-3 × KL {r['kl']:.4f}); {KINDS[r['kind']]} p {p_text(r['p'])}, Holm p "
@@ -777,99 +660,92 @@ def _gradient_number(r) -> str:
         s += (f"; robust check (post hoc, descriptive): median {_pct(rb['median_rel'])}, 20% trimmed mean "
               f"{_pct(rb['trimmed_rel'])} ± {_pct(rb['trimmed_rel_ci95'], False)} of MSE_{b} (Yuen), "
               f"{rb['outliers']['beyond_3mad']} of {r['n']} batches beyond 3 MAD of the median")
-    return s
+    return f"10 · {sampler}, {policy}, raw, k = {p['k']}, {r['n']} batches", s
 
 
-def _placebo(g, key: str = "placebo") -> tuple:
-    """Notebook 10's placebo (A = 1), the pre-registered cells (key "placebo") or the post hoc ones
-    ("placebo_post_hoc": further, independent batches per sampler, added after the run): the samplers by KL, each
-    with its {estimator: (value, ci95)} of ‖E ĝ(1)‖² / ‖g*‖², and for each estimator the samplers where its 95%
-    interval excludes 0."""
+def _placebo(g, key: str) -> tuple:
+    """Notebook 10's placebo (A = 1) at its largest-KL sampler, per estimator ‖E ĝ(1)‖² / ‖g*‖² ± 95%, and for
+    each estimator the samplers where its 95% interval excludes 0; key "placebo" (pre-registered) or
+    "placebo_post_hoc" (further, independent batches per sampler, added after the run). Each sampler's values are
+    notebook 10's (its closing and JSON)."""
     pl = sorted(g[key].items(), key=lambda kv: kv[1]["kl"])
     vals = [(name, P, {k.split(" · ")[0]: (v["value"], v["ci95"]) for k, v in P["stats"].items() if k.endswith("A = 1")})
             for name, P in pl]
-    ests = [e for e in g["estimator_labels"] if any(e in v for _, _, v in vals)]
-    excl = {e: [name for name, _, v in vals if e in v and abs(v[e][0]) > v[e][1]] for e in ests}
-    return vals, excl
-
-
-def _estimator(g, e) -> str:
-    return {"sc": "SC"}.get(e, g["estimator_labels"][e].split(" (")[0])
-
-
-def _placebo_text(g, key: str = "placebo") -> str:
-    vals, excl = _placebo(g, key)
-    none = [f"{_estimator(g, e)}'s" for e, v in excl.items() if not v]
-    some = [f"{_estimator(g, e)}'s at {', '.join(v)}" for e, v in excl.items() if v]
+    name, P, st = vals[-1]
+    names = {e: {"sc": "SC"}.get(e, lab.split(" (")[0]) for e, lab in g["estimator_labels"].items()}
+    excl = {e: [n for n, _, v in vals if e in v and abs(v[e][0]) > v[e][1]] for e in names if any(e in v for *_, v in vals)}
+    none = [f"{names[e]}'s" for e, v in excl.items() if not v]
+    some = [f"{names[e]}'s at {', '.join(v)}" for e, v in excl.items() if v]
     none_ = ", ".join(none[:-1]) + f" and {none[-1]}" if len(none) > 1 else "".join(none)
-    return "the 95% interval excludes 0: " + "; ".join(some + ([f"{none_} at no sampler"] if none else []))
-
-
-def _cell(name: str) -> str:
-    """A cell's name as notebook 10's gap_against_kl writes it, 'fp8 (placebo cell)', without its parentheses."""
-    return name.replace(" (", ", ").rstrip(")")
-
-
-def _gap_cells(g) -> list:
-    """The descriptive gap against KL: (cell, its SC − MIS contrast) sorted by the cell's KL."""
-    return sorted(((name, c["sc − mis"]) for name, c in g["gap_against_kl"].items() if "sc − mis" in c),
-                  key=lambda x: x[1]["kl"])
+    return (f"{len(vals)} samplers, {P['n']} batches each; at {name} (KL {P['kl']:.1e}): "
+            + ", ".join(f"{names[e]} {fmt(v, d=1)} ± {h:.1f}" for e, (v, h) in st.items())
+            + "; the 95% interval excludes 0: " + "; ".join(some + ([f"{none_} at no sampler"] if none else [])),
+            f"plain {fmt(st['plain'][0], d=0)} ± {st['plain'][1]:.0f}, SC {fmt(st['sc'][0], d=0)} ± {st['sc'][1]:.0f}")
 
 
 def gradient_claims(g, grs: list | None = None) -> list:
-    """The gradient-level claims (notebook 10), as claims() writes them: the pre-registered primary (SC's update
-    closer to the on-policy gradient than MIS's, a family of one) and the three secondaries (Holm among
-    themselves), each with its status under the rule (`gradient_rows`; row: the tested row, which has no "k":
-    batches, not seeds × CPU models); then the placebo and the gap against KL, descriptive (no test declared, no
-    status, row None). No cell counts."""
+    """The gradient-level claims (notebook 10), as claims() writes them: the pre-registered primary and the three
+    secondaries under the rule (`gradient_rows`; row: the tested row, batches, not seeds × CPU models); then the
+    placebo and the gap against KL, descriptive (no test declared, no status, row None)."""
     grs = gradient_rows(g) if grs is None else grs
-    p = g["parameters"]
     out = []
-    for r, (_, _, _, _, claim) in zip(grs, GRADIENT_TESTS):
-        out.append(dict(claim=claim.format(**p), where=_gradient_where(g, r), number=_gradient_number(r),
-                        status=status_text(r, "batches"), short=f"{_pct(r['rel_gap'])} ± {_pct(r['rel_ci95'], False)} of "
-                        f"MSE_{r['other']} ({r['n']} batches)", short_status=short_status(r, "batches"), row=r))
-    vals, _ = _placebo(g)
-    per = "; ".join(f"{name} (KL {P['kl']:.1e}, {P['n']} batches): " + ", ".join(
-        f"{_estimator(g, e)} {fmt(v, d=1)} ± {h:.1f}" for e, (v, h) in st.items()) for name, P, st in vals)
-    top_name, top, top_st = vals[-1]
-    short = (f"at {top_name}: plain {fmt(top_st['plain'][0], d=0)} ± {top_st['plain'][1]:.0f}, SC "
-             f"{fmt(top_st['sc'][0], d=0)} ± {top_st['sc'][1]:.0f} ‖g*‖² ({top['n']} batches)")
-    number = (f"pre-registered, ‖E ĝ(A = 1)‖² / ‖g*‖², 95% jackknife over {p['groups']} groups: {per}; "
-              f"{_placebo_text(g)}")
+    for r, (*_, claim) in zip(grs, GRADIENT_TESTS):
+        where, number = _gradient_number(g, r)
+        out.append(dict(claim=claim.format(**g["parameters"]), where=where, number=number,
+                        status=status_text(r, "batches"), short=f"{_pct(r['rel_gap'])} ± {_pct(r['rel_ci95'], False)} "
+                        f"of MSE_{r['other']} ({r['n']} batches)", short_status=short_status(r, "batches"), row=r))
+    (number, short), top = _placebo(g, "placebo"), max(g["placebo"].values(), key=lambda P: P["kl"])
+    number, short = f"pre-registered, ‖E ĝ(A = 1)‖² / ‖g*‖², 95% jackknife: {number}", f"{short} ‖g*‖² ({top['n']} batches)"
     if g.get("placebo_post_hoc"):
-        ph, _ = _placebo(g, "placebo_post_hoc")
-        number += ("; post hoc (not pre-registered), further independent batches: " + "; ".join(
-            f"{name} (KL {P['kl']:.1e}, {P['n']} batches): " + ", ".join(
-                f"{_estimator(g, e)} {fmt(v, d=1)} ± {h:.1f}" for e, (v, h) in st.items()) for name, P, st in ph)
-            + f"; {_placebo_text(g, 'placebo_post_hoc')}")
-        name, P, st = ph[-1]
-        short += (f"; post hoc {P['n']} batches: plain {fmt(st['plain'][0], d=0)} ± {st['plain'][1]:.0f}, SC "
-                  f"{fmt(st['sc'][0], d=0)} ± {st['sc'][1]:.0f}")
+        (more, more_short), top = _placebo(g, "placebo_post_hoc"), max(g["placebo_post_hoc"].values(), key=lambda P: P["kl"])
+        number += f"; post hoc (not pre-registered), further independent batches: {more}"
+        short += f"; post hoc {top['n']} batches: {more_short}"
     out.append(dict(claim="Plain's update carries a drift that SC removes (placebo: A = 1, no signal)",
-                    where=f"10 · placebo, {len(vals) - 1} samplers and the on-policy row", number=number,
-                    status="descriptive: the notebook declared no test of the placebo", short=short,
+                    where="10 · placebo (each sampler's values: notebook 10's closing)", number=number,
+                    status="descriptive: the notebook declared no test of the placebo", short=f"at {max(g['placebo'], key=lambda k: g['placebo'][k]['kl'])}: {short}",
                     short_status="descriptive", row=None))
-    cells = _gap_cells(g)
+    cells = sorted((c["sc − mis"] for c in g["gap_against_kl"].values() if "sc − mis" in c), key=lambda c: c["kl"])
     out.append(dict(claim="SC's edge at the gradient grows with the mismatch (relative MSE gap SC − MIS against KL)",
-                    where=f"10 · {len(cells)} cells at the start policy",
-                    number="(MSE_SC − MSE_MIS)/MSE_MIS by cell, in order of KL: " + "; ".join(
-                        f"{_cell(name)} (KL {c['kl']:.1e}, {c['n']} batches) {_pct(c['rel_gap'])} ± {_pct(c['rel_ci95'], False)}"
-                        f" (predicted {c['predicted_rel_gap'][0]:.1%} to {c['predicted_rel_gap'][1]:.1%})"
-                        for name, c in cells),
-                    status="descriptive: the notebook declared no test of the trend",
-                    short=f"{_pct(cells[0][1]['rel_gap'])} at KL {cells[0][1]['kl']:.1e} to {_pct(cells[-1][1]['rel_gap'])} "
-                          f"at KL {cells[-1][1]['kl']:.1e}",
-                    short_status="descriptive", row=None))
+                    where=f"10 · {len(cells)} cells at the start policy (each: notebook 10's closing)",
+                    number=f"(MSE_SC − MSE_MIS)/MSE_MIS from {_pct(cells[0]['rel_gap'])} ± "
+                           f"{_pct(cells[0]['rel_ci95'], False)} at KL {cells[0]['kl']:.1e} to "
+                           f"{_pct(cells[-1]['rel_gap'])} ± {_pct(cells[-1]['rel_ci95'], False)} at KL "
+                           f"{cells[-1]['kl']:.1e}", status="descriptive: the notebook declared no test of the trend",
+                    short=f"{_pct(cells[0]['rel_gap'])} at KL {cells[0]['kl']:.1e} to {_pct(cells[-1]['rel_gap'])} "
+                          f"at KL {cells[-1]['kl']:.1e}", short_status="descriptive", row=None))
     return out
 
 
-def claims_table(cs: list | None = None) -> str:
-    cs = claims() if cs is None else cs
+def gradient_text(g) -> str:
+    """The gradient section's generated part (its tests are the claims table's rows): bias² and variance behind the
+    primary's gap, descriptive, from figures/10_gradient_test.json."""
+    p, bv, pr = g["parameters"], g["bias_variance"], g["primary"]
+
+    def jk(key, d=2, signed=True):
+        return f"{fmt(bv[key]['value'], signed, d)} ± {bv[key]['ci95']:.{d}f}"
+
+    # the heading says "variance, not bias" only where the bias² difference's interval is far inside the MSE gap
+    b2 = bv["Δbias2 · sc − mis"]
+    head = ("The gap is variance, not bias" if abs(b2["value"]) + b2["ci95"] < abs(pr["D"]) / 4
+            else "Bias² and variance behind the gap")
+    return (f"**{head}** (descriptive; the primary cell, 95% jackknife over {p['groups']} groups, "
+            f"‖g*‖² units): variance SC {jk('sc · var', signed=False)}, MIS {jk('mis · var', signed=False)}, exact IS "
+            f"{jk('is · var', signed=False)}; bias² SC {jk('sc · bias2', 3)}, MIS {jk('mis · bias2', 3)}, exact IS "
+            f"{jk('is · bias2', 3)}; bias² differences SC − MIS {jk('Δbias2 · sc − mis', 3)} and SC − IS "
+            f"{jk('Δbias2 · sc − is', 3)} (a standard error of 0.01 ‖g*‖² on them would need about "
+            f"{g['bias2_batches_to_resolve']['sc − mis']:.0f} and {g['bias2_batches_to_resolve']['sc − is']:.0f} "
+            f"batches). The notebook predicted that SC's bias overtakes MIS's extra variance only at "
+            f"{g['prediction']['reversal_batches'][0]:.0f}-{g['prediction']['reversal_batches'][1]:.0f} training "
+            f"batches per update.")
+
+
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+# The page's and the README's blocks
+# ═════════════════════════════════════════════════════════════════════════════════════════════════
+def claims_table(cs: list) -> str:
     lines = ["| the article's claim | tested where | the project's number (paired; final clean reward unless named) | status |",
              "|---|---|---|---|"]
-    lines += [f"| {c['claim']} | {c['where']} | {c['number']} | {c['status']} |" for c in cs]
-    return "\n".join(lines)
+    return "\n".join(lines + [f"| {c['claim']} | {c['where']} | {c['number']} | {c['status']} |" for c in cs])
 
 
 # The README's short table: these claims (the full table is the page's); a claim is chosen by how its text begins
@@ -879,26 +755,20 @@ README_CLAIMS = ("A mismatched sampler costs plain training reward", "Score cent
                  "… and costs IS nothing (SC + IS non-inferior to IS at −0.05, on average over lags and IS kinds); the "
                  "sampler refreshed",
                  "A mismatched sampler drifts the completion length")
-
-
 README_REGIME = ("G1", "G2")  # notebook 16's rows on the README: the cost and the recovery with group-centred advantages
 
 
-def readme_table(cs: list) -> str:
+def readme_table(cs: list, regime: list) -> str:
     """The README's short form of the claims table: claim, where, the advantages its runs used, mean ± 95%, status in
     a few words (README_CLAIMS, every one with raw rewards as advantages), then notebook 16's cost and recovery rows
-    (README_REGIME, group-centred advantages) when its JSON is committed."""
+    (README_REGIME of `regime_rows`, group-centred advantages)."""
     lines = ["| the article's claim | where | advantages | paired difference | status |", "|---|---|---|---|---|"]
     for c in cs:
-        if not c["claim"].startswith(README_CLAIMS):
-            continue
-        adv = "raw (SC) against group-centred" if "group baseline" in c["claim"] else "raw (A = r)"
-        lines.append(f"| {c['claim']} | {c['where'].split(' · ')[0]} | {adv} | {c['short']} | {c['short_status']} |")
-    g = _load("16_grpo_regime.json")
-    for r in [] if g is None else [r for r in g["claims"] if r["family"] == "primary (AUC)" and r["id"] in README_REGIME]:
-        st = r["status"] if r["status"] == "not decided" else f"**{r['status']}**"
-        lines.append(f"| {REGIME_WORDING[r['id']]} | 16 | group-centred | {fmt(r['mean'], d=2)} ± {r['ci95']:.2f} AUC "
-                     f"({r['n']} fresh seeds) | {st} |")
+        if c["claim"].startswith(README_CLAIMS):
+            adv = "raw (SC) against group-centred" if "group baseline" in c["claim"] else "raw (A = r)"
+            lines.append(f"| {c['claim']} | {c['where'].split(' · ')[0]} | {adv} | {c['short']} | {c['short_status']} |")
+    for r in (r for r in regime if r["id"] in README_REGIME):
+        lines.append(f"| {r['wording']} | 16 | group-centred | {_pm(r)} AUC ({r['n']} fresh seeds) | {short_status(r)} |")
     return "\n".join(lines)
 
 
@@ -909,261 +779,83 @@ def forest_table(rs: list) -> str:
     for r in rs:
         kl = f"{r['kl']:.1e}" if r["kl"] is not None else "–"
         fam = "descriptive" if r["family"] is None else FAMILIES[r["family"]][0]
-        decided = r["status"] not in ("", "not decided")
-        bold = "**" if decided else ""
-        st = "–" if not r["status"] else short_status(r)
+        bold = "**" if r["status"] not in ("", "not decided") else ""
         lines.append(f"| {r['source']} | {r['setting']} | {bold}{r['contrast']}{bold} | {r['n']} × {r['k']} | "
                      f"{fmt(r['mean'])} ± {r['ci95']:.3f} | {'–' if r['het_p'] is None else p_text(r['het_p'])} | "
                      f"{KINDS[r['kind']]} | {p_text(r['p'])} | {fam} | "
                      f"{'–' if r['p_holm'] is None else p_text(r['p_holm'])} | {p_text(r['p_page'])} | "
-                     f"{r['wins']}/{r['n']} | {st} | {kl} |")
+                     f"{r['wins']}/{r['n']} | {short_status(r) if r['status'] else '–'} | {kl} |")
     return "\n".join(lines)
 
 
-def _pm(r, d=2) -> str:
-    return f"{fmt(r['mean'], d=d)} ± {r['ci95']:.{d}f}"
-
-
-def severity_text(rs: list | None = None, slopes: list | None = None) -> str:
+def severity_text(rs: list) -> str:
     """The severity section's generated part: per rung, the ladder reference (plain − 02's bf16), SC − plain and
-    SC − MIS pooled over the CPU models' runs, then the slopes' and the reference's readings."""
-    rs = tested_rows() if rs is None else rs
-    slopes = slope_rows() if slopes is None else slopes
+    SC − MIS pooled over the CPU models' runs (the slopes are the claims table's rows), and the reference at int4."""
     d11 = _load("11_severity_slope.json")
-    mode = d11["parameters"]["advantage_mode"]
 
     def cell(r):
-        het = "" if r["het_p"] is None else f" (het. p {p_text(r['het_p'])})"
-        return f"{_pm(r)}{het}"
+        return _pm(r) + ("" if r["het_p"] is None else f" (het. p {p_text(r['het_p'])})")
 
     ref = {rung: _find(rs, "11", "plain − bf16 (02's)", f"{rung}, ") for rung in d11["rungs"]}
-    k = ref[d11["rungs"][0]]["k"]
-    n = ref[d11["rungs"][0]]["n"]
-    lines = [f"| rung | run-mean KL(q‖p) (committed run) | plain − bf16 (02's bf16, same seeds) | sc − plain | sc − mis |",
+    fp8, int4 = ref["fp8"], ref["int4_g128"]
+    lines = ["| rung | run-mean KL(q‖p) (committed run) | plain − bf16 (02's bf16, same seeds) | sc − plain | sc − mis |",
              "|---|---|---|---|---|"]
-    for rung in d11["rungs"]:
-        sp, sm = _find(rs, "11", "sc − plain", f"{rung}, "), _find(rs, "11", "sc − mis", f"{rung}, ")
-        lines.append(f"| {rung} | {d11['per_rung'][rung]['kl_run_mean']:.1e} | {cell(ref[rung])} | {cell(sp)} | {cell(sm)} |")
-    fp8, int4 = ref.get("fp8"), ref.get("int4_g128")
-    sl = {r["contrast"].replace(" slope", ""): r for r in slopes}
-    text = [
-        f"({n} seeds × {k} CPU models, {mode} rewards; a seed is the mean of its {k} runs, 95% t intervals over "
-        f"seeds; het. p: the replicates compared paired by seed. Per-rung differences are descriptive, as notebook 11 "
-        f"declared them; the reference column is the exploratory family of the rule, one contrast per rung.)",
+    lines += [f"| {rung} | {d11['per_rung'][rung]['kl_run_mean']:.1e} | {cell(ref[rung])} | "
+              f"{cell(_find(rs, '11', 'sc − plain', f'{rung}, '))} | {cell(_find(rs, '11', 'sc − mis', f'{rung}, '))} |"
+              for rung in d11["rungs"]]
+    sp = _find(rs, "11", "sc − plain", "int4_g128, ")
+    return "\n".join(lines) + "\n\n" + "\n\n".join([
+        f"({fp8['n']} seeds × {fp8['k']} CPU models, {d11['parameters']['advantage_mode']} rewards; a seed is the mean "
+        f"of its {fp8['k']} runs, 95% t intervals over seeds; het. p: the replicates compared paired by seed. Per-rung "
+        f"differences are descriptive, as notebook 11 declared them; the reference column is the exploratory family of "
+        f"the rule, one contrast per rung; the slopes are the claims table's rows.)",
         f"**The ladder has a no-mismatch reference**: notebook 11 runs notebook 02's configuration (its σ 0.1 rung *is* "
-        f"02's seeds 0-{n - 1}), so 02's bf16 runs of the same seeds are its reference. Plain − bf16 is "
+        f"02's seeds 0-{fp8['n'] - 1}), so 02's bf16 runs of the same seeds are its reference. Plain − bf16 is "
         f"{_pm(fp8)} under FP8 alone ({short_status(fp8)}; the claims table's row) and {_pm(int4)} at the real int4 "
         f"g128 format ({short_status(int4)}).",
-    ]
-    for name, r in sl.items():
-        text.append(f"**{name}'s slope** (each seed's own slope against log10 KL, per tenfold KL): {_pm(r)} pooled "
-                    f"(per CPU model: {per_replicate(r, 2)}; heterogeneity p {p_text(r['het_p'])}): {status_text(r)}.")
-    sp = _find(rs, "11", "sc − plain", "int4_g128, ")
-    if sp is not None and sp["k"] > 1:
-        text.append(f"At int4 g128, SC − plain per CPU model is {per_replicate(sp, 2)} ({_pm(sp)} pooled over the "
-                    f"{sp['k']}, heterogeneity p {p_text(sp['het_p'])}): descriptive, and the place to add seeds.")
-    return "\n".join(lines) + "\n\n" + "\n\n".join(text)
-
-
-def gradient_text(g, grs: list | None = None) -> str:
-    """The gradient section's generated part, from figures/10_gradient_test.json: the primary and the secondaries
-    under the rule (`gradient_rows`), beside the notebook's own decision; then, descriptive, bias² and variance in
-    the primary cell, the placebo and the gap against KL."""
-    grs = gradient_rows(g) if grs is None else grs
-    p, bv = g["parameters"], g["bias_variance"]
-    pr, secs = grs[0], grs[1:]
-
-    def jk(key, d=2, signed=True):
-        return f"{fmt(bv[key]['value'], signed, d)} ± {bv[key]['ci95']:.{d}f}"
-
-    # the heading says "variance, not bias" only where the bias² difference's interval is far inside the MSE gap
-    b2 = bv["Δbias2 · sc − mis"]
-    head = ("The gap is variance, not bias" if abs(b2["value"]) + b2["ci95"] < abs(pr["mean"]) / 4
-            else "Bias² and variance behind the gap")
-    text = [
-        f"**The primary contrast** ({FAMILIES[pr['family']][0]}; {p['primary_sampler']}, the starting policy, raw "
-        f"advantages, k = {p['k']}, {pr['n']} batches of the trainer's batch): MSE_SC − MSE_MIS = {fmt(pr['mean'])} ± "
-        f"{pr['ci95']:.3f} ‖g*‖² (95% t interval widened by the reference's term), a relative gap of "
-        f"**{_pct(pr['rel_gap'])} ± {_pct(pr['rel_ci95'], False)}** of MSE_MIS against a predicted "
-        f"{pr['predicted'][0]:.1%} to {pr['predicted'][1]:.1%} (2-3 × the measured KL of {pr['kl']:.4f} per token); "
-        f"{KINDS[pr['kind']]} p {p_text(pr['p'])}: {status_text(pr, 'batches')}. The notebook's own decision rule "
-        f"(two-sided, the 95% interval of the relative gap against 0 and the predicted gap) reads: {pr['decision']}.",
-        f"**The secondaries** ({FAMILIES[secs[0]['family']][0]}, Holm among themselves, one-sided in SC's favour): "
-        + "; ".join(f"{r['label']}: {_pct(r['rel_gap'])} ± {_pct(r['rel_ci95'], False)} ({r['n']} batches, KL "
-                    f"{r['kl']:.4f}), Holm p {p_text(r['p_holm'])}, {short_status(r, 'batches')}"
-                    + (f", pre-registered power {r['power']['power_2kl']:.2f} at 2 × KL" if r["power"] else "")
-                    for r in secs) + ".",
-        f"**{head}** (descriptive; the primary cell, 95% jackknife over {p['groups']} groups, "
-        f"‖g*‖² units): variance SC {jk('sc · var', signed=False)}, MIS {jk('mis · var', signed=False)}, exact IS {jk('is · var', signed=False)}; bias² SC "
-        f"{jk('sc · bias2', 3)}, MIS {jk('mis · bias2', 3)}, exact IS {jk('is · bias2', 3)}; bias² differences SC − MIS "
-        f"{jk('Δbias2 · sc − mis', 3)} and SC − IS {jk('Δbias2 · sc − is', 3)} (a standard error of 0.01 ‖g*‖² on them "
-        f"would need about {g['bias2_batches_to_resolve']['sc − mis']:.0f} and "
-        f"{g['bias2_batches_to_resolve']['sc − is']:.0f} batches). The notebook predicted that SC's bias overtakes "
-        f"MIS's extra variance only at {g['prediction']['reversal_batches'][0]:.0f}-"
-        f"{g['prediction']['reversal_batches'][1]:.0f} training batches per update.",
-        f"**The placebo** (descriptive; A = 1 on every token, so any expected update is drift; "
-        f"{p['placebo_batches']} batches per sampler): ‖E ĝ(A = 1)‖² / ‖g*‖² for plain is "
-        + ", ".join(f"{fmt(st['plain'][0], d=1)} ± {st['plain'][1]:.1f} at {name} (KL {P['kl']:.1e})"
-                    for name, P, st in _placebo(g)[0])
-        + f"; {_placebo_text(g)}."
-        + ("" if not g.get("placebo_post_hoc") else
-           f" Post hoc (added after the pre-registered run, not part of its design), "
-           f"{p.get('placebo_more_batches', '')} further, independent batches per sampler: plain is "
-           + ", ".join(f"{fmt(st['plain'][0], d=1)} ± {st['plain'][1]:.1f} at {name} (KL {P['kl']:.1e})"
-                       for name, P, st in _placebo(g, "placebo_post_hoc")[0])
-           + f"; {_placebo_text(g, 'placebo_post_hoc')}."),
-        "**The gap against KL** (descriptive, SC − MIS): " + "; ".join(
-            f"{_pct(c['rel_gap'])} ± {_pct(c['rel_ci95'], False)} at {_cell(name)} (KL {c['kl']:.1e}, {c['n']} batches)"
-            for name, c in _gap_cells(g)) + ".",
-    ]
-    return "\n\n".join(text)
-
-
-def readme_note(cs: list | None = None) -> str:
-    """The README's paragraph after the claims: the headline statuses in words, from the claims' rows."""
-    cs = claims() if cs is None else cs
-    by = {c["claim"].split(" (")[0]: c["row"] for c in cs}
-    alone = by["… also under FP8 alone"]
-
-    def st(r):
-        return short_status(r).replace("**", "")
-
-    g = _load("16_grpo_regime.json")
-    regime = "" if g is None else (f" In the article's own regime, group-centred advantages (notebook 16, its section "
-                                   f"below): {_regime_sentences(g, cost_only=True)}")
-    return _readme_note_13(cs, by, st) + f" Under FP8 alone, the ladder's no-mismatch reference gives plain − bf16 " \
-        f"{_pm(alone)}, {st(alone)}.{_readme_gradient(cs)}{_readme_staleness(cs, st)}{regime}"
-
-
-def _readme_note_13(cs: list, by: dict, st) -> str:
-    """readme_note's headline sentences when notebook 13 (the confirmatory run) decides the headline claims."""
-    cost, rec = by["A mismatched sampler costs plain training reward"], by["Score centering recovers it"]
-    earlier = {c["claim"].split(" (")[0]: c.get("earlier") for c in cs}
-
-    def both(name):  # "equivalence (±M) <status>; non-inferiority (−M) <status>" from one contrast's two rows
-        parts = []
-        for x in (by.get(f"SC matches {name}"), by.get(f"SC matches or beats {name}")):
-            if x is not None:
-                test = f"equivalence (±{MARGIN:g})" if x["kind"] == "equivalent" else f"non-inferiority (−{MARGIN:g})"
-                parts.append(st(x) if x["status"] not in ("not decided", "contradicted") else f"{test}: {st(x)}")
-        return "; ".join(parts)
-
-    text = (f"Under the page's rule (each claim in the family its notebook pre-registered; margins ±{MARGIN:g}), the "
-            f"confirmatory run on fresh seeds (notebook 13; its primary, the area under the clean-eval curve, Holm "
-            f"within its family) gives: a mismatched sampler costs plain, plain − bf16 {_pm(cost)} over {cost['n']} "
-            f"seeds: {st(cost)}. Score centering recovers it, SC − plain {_pm(rec)}: {st(rec)}.")
-    for name in ("TIS", "MIS"):
-        r = by.get(f"SC matches {name}") or by.get(f"SC matches or beats {name}")
-        if r is not None:
-            text += f" SC − {name} {_pm(r)}: {both(name)}."
-    base = by.get("SC is more than a group baseline")
-    if base is not None:
-        text += f" SC − a group baseline {_pm(base)}: {st(base)}."
-    gentle = by.get("With a gentler optimizer the mismatch still costs plain")
-    if gentle is not None:
-        text += (f" At the gentler learning rate ({gentle['setting'].split(', ')[2]}), plain − bf16 {_pm(gentle)}: "
-                 f"{st(gentle)}.")
-    e_cost, e_rec = earlier.get("A mismatched sampler costs plain training reward"), earlier.get("Score centering recovers it")
-    if e_cost is not None and e_rec is not None:
-        text += (f" Notebook 02's earlier, partly confirmatory run (final clean reward, {e_cost['n']} seeds × "
-                 f"{e_cost['k']} CPU models): plain − bf16 {_pm(e_cost)}, {st(e_cost)}; SC − plain {_pm(e_rec)}, "
-                 f"{st(e_rec)}.")
-    return text
-
-
-def _readme_staleness(cs: list, st) -> str:
-    """The README note's sentence on notebook 07's redesign (P2 and P4 under each schedule; '' before it has run)."""
-    rows = {k: [c["row"] for c in cs if c["row"] is not None and c["row"].get("family") == "07 P"
-                and c["row"].get("kind") == k] for k in ("noninferior", "greater")}
-    if not rows["noninferior"]:
-        return ""
-    parts = [f"{r['setting'].split(' schedule')[0]} {_pm(r)}, {st(r)}" for r in rows["noninferior"]]
-    beats = "; ".join(f"{r['setting'].split(' schedule')[0]} {st(r)}" for r in rows["greater"])
-    return (f" Under staleness (notebook 07's pre-registered redesign, {rows['noninferior'][0]['n']} fresh seeds), "
-            f"SC + IS − IS on the AUC, per schedule: {'; '.join(parts)} at −{MARGIN:g}; that SC + IS beats IS: {beats}.")
-
-
-def _readme_gradient(cs: list) -> str:
-    """The README note's sentence on notebook 10's primary, from its claim's row ('' when notebook 10 has not run)."""
-    r = next(c["row"] for c in cs if c["row"] is not None and c["row"].get("key") == "primary")
-    return (f" At the gradient (notebook 10's pre-registered primary, {r['n']} batches), SC's one-update error "
-            f"against MIS's is (MSE_SC − MSE_MIS)/MSE_MIS = {_pct(r['rel_gap'])} ± {_pct(r['rel_ci95'], False)} "
-            f"(predicted {r['predicted'][0]:.1%} to {r['predicted'][1]:.1%}): {short_status(r, 'batches').replace('**', '')}.")
+        f"At int4 g128, SC − plain per CPU model is {per_replicate(sp, 2)} ({_pm(sp)} pooled over the {sp['k']}, "
+        f"heterogeneity p {p_text(sp['het_p'])}): descriptive, and the place to add seeds."])
 
 
 def ladder_table() -> str:
     sev, mm = _load("04_severity.json"), _load("04_sampler_mismatch.json")
     lines = ["| sampler (torch, emulated numerics) | KL(q‖p) per token (k3 estimate) | mean \\|Δ log p\\| | tokens outside the MIS band [0.5, 5] |",
              "|---|---|---|---|"]
-    rows_ = []
-    if sev:
-        for name, v in sev["samplers"].items():
-            s_ = v["summary"]
-            rows_.append((s_["kl_k3"], name, s_["abs_dlogp_mean"], s_["token_out_of_band"]))
-    if mm:
-        for name, v in mm["samplers"].items():
-            if "σ" in name:
-                b = v["by_temperature"]["1"]
-                rows_.append((b["kl_k3"], name.replace("torch ", "") + " (the headline's sampler)", b["abs_dlogp_mean"],
-                              b["token_out_of_band"]))
+    rows_ = [(v["summary"]["kl_k3"], name, v["summary"]["abs_dlogp_mean"], v["summary"]["token_out_of_band"])
+             for name, v in sev["samplers"].items()]
+    rows_ += [(b["kl_k3"], name.replace("torch ", "") + " (the headline's sampler)", b["abs_dlogp_mean"],
+               b["token_out_of_band"]) for name, v in mm["samplers"].items() if "σ" in name
+              for b in [v["by_temperature"]["1"]]]
     for kl, name, d, oob in sorted(rows_):
         bold = "**" if "headline" in name else ""
         lines.append(f"| {bold}{name}{bold} | {kl:.1e} | {d:.3f} | {oob:.2%} |")
-    src = f"notebook 04, {sev['parameters']['n_prompts']} prompts, T = 1, measured on {sev['hardware']['cpu']}" if sev else "notebook 04"
-    lines.append("")
-    lines.append(f"({src}.) The headline's FP8 + 10% weight noise sits above every real format measured here.")
+    lines += ["", f"(notebook 04, {sev['parameters']['n_prompts']} prompts, T = 1, measured on {sev['hardware']['cpu']}.) "
+                  f"The headline's FP8 + 10% weight noise sits above every real format measured here."]
+    return "\n".join(lines)
+
+
+def recovery_text() -> str:
+    """Notebook 13 (family A), exploratory: how close each correction comes to the no-mismatch reference, on the AUC
+    and on the final reward. Per arm x in SC, TIS, MIS: x − bf16 mean ± 95% and its equivalence test within ±M (Holm
+    over the three, per metric: `scrl_min.test_family`); and SC's share of the cost it recovers, (SC − plain) /
+    (bf16 − plain), with a delta-method 95% t interval over seeds."""
+    from scipy import stats as st
+
+    c = _load("13_confirmatory.json")
+    lines = ["| metric | SC − bf16 | TIS − bf16 | MIS − bf16 | SC's share of the cost recovered |", "|---|---|---|---|---|"]
+    for metric, label in (("auc", "AUC (primary)"), ("final", "final clean reward (secondary)")):
+        v = {a: np.asarray(x[f"{metric}_per_seed"], float) for a, x in c["per_arm"].items()}
+        cells = [f"{fmt(r['mean'])} ± {r['ci95']:.3f}, {r['status'].split(' (')[0]}"
+                 for r in test_family(v, [(a, "bf16", "equivalent") for a in ("sc", "tis", "mis")], margin=MARGIN)]
+        rec, cost = v["sc"] - v["plain"], v["bf16"] - v["plain"]
+        share, n = rec.mean() / cost.mean(), len(rec)
+        half = st.t.ppf(0.975, n - 1) * (rec - share * cost).std(ddof=1) / math.sqrt(n) / cost.mean()
+        lines.append(f"| {label} | {' | '.join(cells)} | {share:.0%} [{share - half:.0%}, {share + half:.0%}] |")
     return "\n".join(lines)
 
 
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
-# The forest plot, and the deck's older rows
-# ═════════════════════════════════════════════════════════════════════════════════════════════════
-def forest_plot(rs: list, path: Path = None, fontsize: float = 6.5, width: float = 10,
-                title: str = "Paired contrasts in final clean reward, the earlier runs (notebook 13's: the claims table)\n"
-                             "95% t intervals over seeds (filled: decided in its family)"):
-    """One row per contrast of `rs`: the 95% interval thick, the point filled where the row's status is decided in
-    its family (tested_rows()), dashed lines at ±M, the row's KL(q‖p) at the right. Saved to `path` when given;
-    returns the figure."""
-    import matplotlib
-
-    if path is not None:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    row_h = 0.04 * fontsize
-    fig, ax = plt.subplots(figsize=(width, row_h * len(rs) + 0.25 * fontsize))
-    colors = {"02": "tab:blue", "11": "tab:green", "06": "tab:purple", "07": "tab:orange"}
-    lim = 1.0  # rewards lie in [0, 1]: a difference beyond ±1 is off the scale
-    for i, r in enumerate(rs):
-        c = colors.get(r["source"], "k")
-        filled = r["status"] not in ("", "not decided")
-        ax.plot([max(r["mean"] - r["ci95"], -lim), min(r["mean"] + r["ci95"], lim)], [i, i], color=c, lw=0.4 * fontsize)
-        ax.plot(r["mean"], i, "o", color=c if filled else "white", mec=c, ms=0.8 * fontsize)
-        if r["kl"] is not None:
-            ax.text(1.02, i, f"{r['kl']:.1e}", va="center", fontsize=fontsize, transform=ax.get_yaxis_transform())
-    ax.axvline(0, color="0.3", lw=0.8)
-    for x in (-MARGIN, MARGIN):
-        ax.axvline(x, color="0.5", lw=0.6, ls="--")
-    ax.set_yticks(range(len(rs)), [f"{r['source']} · {r['setting']} · {r['contrast']}" for r in rs], fontsize=fontsize)
-    ax.tick_params(axis="x", labelsize=fontsize)
-    ax.set_ylim(len(rs) - 0.4, -1.4)  # top to bottom, room above the first row for the KL heading
-    ax.set_xlim(-1, 1)
-    ax.set_xlabel("paired difference in final clean reward, seeds pooled over CPU models (thick: 95%; dashed: the "
-                  f"±{MARGIN:g} margin)", fontsize=fontsize)
-    ax.text(1.02, -0.9, "KL", fontsize=fontsize, transform=ax.get_yaxis_transform())
-    ax.set_title(title, fontsize=1.4 * fontsize)
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=120)
-    return fig
-
-
-# ═════════════════════════════════════════════════════════════════════════════════════════════════
-# The blocks of docs/verdict.md and README.md
-# ═════════════════════════════════════════════════════════════════════════════════════════════════
-# ═════════════════════════════════════════════════════════════════════════════════════════════════
-# The article's regime (group-centred advantages): notebook 16's claim rows, collected from its JSON as written
-# there by `scrl_min.test_family` (the rule is not recomputed here), and notebook 13's two centred arms beside them
+# The article's regime (group-centred advantages): notebook 16's claim rows as it saved them, and the README's findings
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 REGIME_WORDING = {"G1": "A mismatched sampler costs GRPO (plain < bf16, both with group-centred advantages)",
                   "G1'": "… or costs it nothing worth a correction (plain and bf16 equivalent within ±0.05)",
@@ -1172,222 +864,147 @@ REGIME_WORDING = {"G1": "A mismatched sampler costs GRPO (plain < bf16, both wit
                   "G3'": "SC matches or beats MIS (non-inferior at −0.05)",
                   "G4": "MIS trains worse than plain (MIS < plain; notebook 15's prediction from one update's error)"}
 
+# The README's sentence for each of notebook 16's questions, by the status its deciding row has ({pm}: its mean ±
+# 95%). A rerun that moves a status to one this table lacks stops `findings` until its sentence is written by hand.
+REGIME_SENTENCES = {
+    ("G1", "contradicted"): "The article's claim that the mismatch costs GRPO is contradicted: the mismatched sampler "
+                            "trains better than the reference here (plain − bf16 {pm}).",
+    ("G2", "contradicted"): "The claim that score centering recovers a cost is contradicted too: SC trains worse than "
+                            "plain here (SC − plain {pm}).",
+    ("G3", "equivalent within ±0.05"): "SC and MIS are equivalent within ±0.05 (SC − MIS {pm}).",
+    ("G4", "not decided"): "Notebook 15's prediction that MIS trains worse than plain is not decided (MIS − plain {pm}).",
+}
+
 
 def _centred_arms_13() -> dict:
-    """Notebook 13's centred arms (lr 0.25 with A = 2(r − mean_G r) on FP8 + σ 0.1) against its raw-reward arms,
-    AUC per seed: {name: (mean, 95% half-width, n)}, descriptive, and its pre-registered A7 and exploratory rows."""
+    """Notebook 13's group-baseline arm (A = 2(r − mean_G r) on FP8 + σ 0.1, no correction) against its raw-reward
+    arms, descriptive: baseline − bf16 (mean, 95% half-width, n) and the mean AUC of baseline, SC and bf16; and its
+    rows A7 (SC − baseline) and, exploratory, sc_baseline − baseline, as it saved them."""
     c = _load("13_confirmatory.json")
-    if c is None:
-        return {}
     auc = {a: np.array(v["auc_per_seed"]) for a, v in c["per_arm"].items()}
-    out = {name: (*map(float, mean_ci95(auc[a] - auc[b])), len(auc[a]))
-           for name, a, b in (("baseline − bf16", "baseline", "bf16"), ("baseline − sc", "baseline", "sc"))}
-    a7 = next(r for r in c["families"]["primary (AUC)"] if r["name"] == "sc − baseline")
     ex = next((r for r in c["families"].get("exploratory (AUC)", []) if r["name"] == "sc_baseline − baseline"), None)
-    return dict(out, a7=a7, sc_added=ex, baseline_auc=float(auc["baseline"].mean()), sc_auc=float(auc["sc"].mean()),
-                bf16_auc=float(auc["bf16"].mean()))
+    return dict(d=(*map(float, mean_ci95(auc["baseline"] - auc["bf16"])), len(auc["bf16"])), sc_added=ex,
+                a7=next(r for r in c["claims"] if r["id"] == "A7"),
+                **{f"{a}_auc": float(auc[a].mean()) for a in ("baseline", "sc", "bf16")})
 
 
-def recovery_text() -> str:
-    """Notebook 13 (family A), exploratory: how close each correction comes to the no-mismatch reference, on the AUC
-    and on the final reward. Per arm x in SC, TIS, MIS: x − bf16 mean ± 95% and its equivalence test within ±M (Holm
-    over the three, per metric: `scrl_min.test_family`); and SC's share of the cost it recovers, (SC − plain) /
-    (bf16 − plain), with a delta-method 95% t interval over seeds. '' when notebook 13's JSON is missing."""
-    from scipy import stats as st
-
-    from scrl_min import test_family
-
-    c = _load("13_confirmatory.json")
-    if c is None:
-        return ""
-    lines = ["| metric | SC − bf16 | TIS − bf16 | MIS − bf16 | SC's share of the cost recovered |", "|---|---|---|---|---|"]
-    for metric, label in (("auc", "AUC (primary)"), ("final", "final clean reward (secondary)")):
-        v = {a: np.asarray(x[f"{metric}_per_seed"], float) for a, x in c["per_arm"].items()}
-        rows = test_family(v, [(a, "bf16", "equivalent") for a in ("sc", "tis", "mis")], margin=MARGIN)
-        rec, cost = v["sc"] - v["plain"], v["bf16"] - v["plain"]
-        share = rec.mean() / cost.mean()
-        n = len(rec)
-        se = (rec - share * cost).std(ddof=1) / math.sqrt(n) / cost.mean()
-        half = st.t.ppf(0.975, n - 1) * se
-        cells = [f"{fmt(r['mean'])} ± {r['ci95']:.3f}, {r['status'].split(' (')[0]}" for r in rows]
-        lines.append(f"| {label} | {' | '.join(cells)} | {share:.0%} [{share - half:.0%}, {share + half:.0%}] |")
-    return "\n".join(lines)
-
-
-def row_status(r: dict) -> str:
-    """A notebook's claim row (`scrl_min.test_family`) as the page writes its status: an undecided row adds where its
-    estimate lies or the seeds that would decide it at the margin beyond the null's edge (a true difference of 0 for
-    an equivalence row), as `_seeds_text` does for the page's own rows."""
-    n = r.get("seeds_at_stated_effect")
-    if r["status"] != "not decided" or n is None:
-        return r["status"]
-    at = "a true difference of 0" if r["test"] == "equivalent" else f"a {MARGIN:g} effect"
-    if _wrong_side(dict(r, kind=r["test"])):
-        return f"not decided (its estimate lies {'outside' if r['test'] == 'equivalent' else 'on the wrong side of'} " \
-               f"{THRESHOLD[r['test']]})"
-    if n <= r["n"]:
-        return (f"not decided (its {r['n']} seeds had 80% power at {at}; 95% interval "
-                f"[{fmt(r['mean'] - r['ci95'])}, {fmt(r['mean'] + r['ci95'])}])")
-    return f"not decided ({n:,} seeds would decide it at {at})"
-
-
-def regime_text() -> str:
-    """The verdict page's section on the article's regime: notebook 16's primary rows when its JSON is committed
-    (else a line saying it is pre-registered and running), then notebook 13's centred arms, A7 with what it mixes."""
-    g = _load("16_grpo_regime.json")
-    lines = []
-    if g is None:
-        lines.append("Notebook 16 (group-centred advantages for every arm, 85 fresh seeds, pre-registered with the "
-                     "setting notebook 15's gradient pilot chose) has not finished: its claims G1-G4 are not decided "
-                     "yet, and no row below decides them.")
-    else:
-        lines += ["| the article's claim, group-centred advantages | paired difference (AUC) | status |", "|---|---|---|"]
-        for r in g["claims"]:
-            if r["family"] == "primary (AUC)" and r["id"] in REGIME_WORDING:
-                lines.append(f"| {REGIME_WORDING[r['id']]} | {fmt(r['mean'], d=3)} ± {fmt(r['ci95'], False, 3)} "
-                             f"({r['n']} seeds) | {row_status(r)} |")
+def regime_text(regime: list) -> str:
+    """The verdict page's section on the article's regime: notebook 16's primary rows (`regime_rows`), then
+    notebook 13's A7 with what it mixes."""
+    lines = ["| the article's claim, group-centred advantages | paired difference (AUC) | status |", "|---|---|---|"]
+    lines += [f"| {r['wording']} | {fmt(r['mean'])} ± {fmt(r['ci95'], False)} ({r['n']} seeds) | {short_status(r)} |"
+              for r in regime]
     c = _centred_arms_13()
-    if c:
-        a7, ex = c["a7"], c["sc_added"]
-        d = c["baseline − bf16"]
-        lines += ["", f"Notebook 13's row A7 (SC − baseline {fmt(a7['mean'])} ± {fmt(a7['ci95'], False)} AUC, "
-                      f"{a7['status']}) mixes two things: its `baseline` arm has group-centred advantages on the "
-                      f"mismatched sampler, and it beats even the no-mismatch reference with raw rewards (baseline − "
-                      f"bf16 {fmt(d[0])} ± {fmt(d[1], False)}, {d[2]} seeds, descriptive), so most of A7 is the "
-                      f"baseline's variance reduction, not the drift."
-                      + (f" SC added to the group baseline (its exploratory row) gives sc_baseline − baseline "
-                         f"{fmt(ex['mean'])} ± {fmt(ex['ci95'], False)}: {row_status(ex)}." if ex else "")]
-    return "\n".join(lines)
+    a7, ex, d = c["a7"], c["sc_added"], c["d"]
+    return "\n".join(lines + [
+        "", f"Notebook 13's row A7 (SC − baseline {fmt(a7['mean'])} ± {fmt(a7['ci95'], False)} AUC, {a7['status']}) "
+            f"mixes two things: its `baseline` arm has group-centred advantages on the mismatched sampler, and it beats "
+            f"even the no-mismatch reference with raw rewards (baseline − bf16 {fmt(d[0])} ± {fmt(d[1], False)}, {d[2]} "
+            f"seeds, descriptive), so most of A7 is the baseline's variance reduction, not the drift."
+            + (f" SC added to the group baseline (its exploratory row) gives sc_baseline − baseline {fmt(ex['mean'])} ± "
+               f"{fmt(ex['ci95'], False)}: {ex['status']}" + (f" ({ex['seeds_at_stated_effect']} seeds would decide it at a "
+               f"{MARGIN:g} effect)" if ex["status"] == "not decided" else "") + "." if ex else "")])
 
 
 def _drift_share_text() -> str:
-    """Notebook 15's drift shares as '0.03-0.09%' (the smallest and largest setting), or '' before it has run."""
+    """Notebook 15's drift shares as '0.03-0.09%' (the smallest and largest setting), or 'not measured'."""
     p = _load("15_grpo_gradient_pilot.json")
-    if p is None:
-        return "not measured"
-    shares = [s["drift"]["plain − sc"]["share"] for s in p["settings"]]
-    return f"{100 * min(shares):.2f}-{100 * max(shares):.2f}%"
+    shares = [s["drift"]["plain − sc"]["share"] for s in p["settings"]] if p else []
+    return f"{100 * min(shares):.2f}-{100 * max(shares):.2f}%" if shares else "not measured"
 
 
-def _regime_sentences(g, cost_only: bool = False) -> str:
-    """The README's plain sentences on notebook 16 (group-centred advantages), one per question, each worded by its
-    pre-registered rows' status (scrl_min.test_family's, as the notebook saved them): the cost (G1, G1′), the
-    recovery (G2), SC against MIS (G3, G3′) and the pilot's prediction (G4); on the AUC, its primary. cost_only: the
-    cost's sentence alone (the page's opening paragraph)."""
-    by = {r["id"]: r for r in g["claims"] if r["family"] == "primary (AUC)"}
-    par = g.get("parameters", {})
-
-    def pm(r):
-        return f"{fmt(r['mean'], d=3)} ± {fmt(r['ci95'], False, 3)}"
-
-    def ok(i):
-        return by[i]["p_holm"] < ALPHA
-
-    def against(i):
-        return by[i]["status"] == "contradicted"
-
-    def open_(i):  # an undecided row: the seeds a 0.05 effect would need, at its Holm level
-        n = by[i].get("seeds_at_stated_effect")
-        return "not decided" + (f"; about {n} seeds would decide a 0.05 effect" if n else "")
-
-    c, c0 = by["G1"], by["G1'"]
-    if ok("G1") and ok("G1'"):
-        cost = f"The mismatch costs GRPO a little, less than 0.05 (plain − bf16 {pm(c)}: reproduced, and equivalent within ±{MARGIN:g})."
-    elif ok("G1") and against("G1'"):
-        cost = f"The mismatch costs GRPO more than {MARGIN:g} (plain − bf16 {pm(c)}: reproduced, and outside ±{MARGIN:g})."
-    elif ok("G1"):
-        cost = f"The mismatch costs GRPO reward (plain − bf16 {pm(c)}: reproduced)."
-    elif against("G1"):
-        cost = (f"The article's claim that the mismatch costs GRPO is contradicted: the mismatched sampler trains better "
-                f"than the reference here (plain − bf16 {pm(c)}).")
-    elif ok("G1'"):
-        cost = (f"The mismatch costs GRPO nothing worth a correction at this scale (plain − bf16 {pm(c)}: "
-                f"equivalent within ±{MARGIN:g}).")
-    else:
-        cost = f"Whether the mismatch costs GRPO anything is not decided (plain − bf16 {pm(c)}; {open_('G1')})."
-    if cost_only:
-        return cost
-    r = by["G2"]
-    rec = (f"Score centering improves on plain (SC − plain {pm(r)}: reproduced)." if ok("G2") else
-           f"The claim that score centering recovers a cost is contradicted too: SC trains worse than plain here "
-           f"(SC − plain {pm(r)})." if against("G2") else
-           f"Score centering's gain over plain is not decided (SC − plain {pm(r)}; {open_('G2')}).")
-    r = by["G3"]
-    vs = (f"SC and MIS are equivalent within ±{MARGIN:g} (SC − MIS {pm(r)})." if ok("G3") else
-          f"SC trains worse than MIS by more than {MARGIN:g} (SC − MIS {pm(r)})." if against("G3'") else
-          f"SC beats MIS by more than {MARGIN:g} (SC − MIS {pm(r)})." if ok("G3'") and against("G3") else
-          f"SC is non-inferior to MIS at −{MARGIN:g} (SC − MIS {pm(r)}), not shown equivalent." if ok("G3'") else
-          f"SC against MIS is not decided (SC − MIS {pm(r)}; {open_('G3')}).")
-    r = by["G4"]
-    pilot = (f"As notebook 15's one-update error predicted, MIS trains worse than plain (MIS − plain {pm(r)})." if ok("G4")
-             else f"Notebook 15's prediction that MIS trains worse than plain is contradicted (MIS − plain {pm(r)})."
-             if against("G4") else f"Notebook 15's prediction that MIS trains worse than plain is not decided "
-                                   f"(MIS − plain {pm(r)}).")
-    setting = (f"{par['sampler_precision'].upper()} + {par['noise_std']:.0%} weight noise, {par['max_new_tokens']} tokens"
-               if par else "the pilot's sampler")
-    level = ""
-    if "per_arm" in g:
-        level = (f" For scale: the reference (bf16) averages {np.mean(g['per_arm']['bf16']['auc_per_seed']):.2f} over "
-                 f"training, plain {np.mean(g['per_arm']['plain']['auc_per_seed']):.2f}.")
-    c13 = _centred_arms_13()
-    return (f"**Group-centred advantages (the article's advantages, A = 2(r − mean_G r); notebook 16, {c['n']} fresh "
-            f"seeds, pre-registered, {setting}; the mean clean reward over training).** {cost} {rec} {vs} {pilot}{level} At the gradient "
-            f"(notebook 15) the drift is {_drift_share_text()} of one update's error; in notebook 13 a group baseline "
-            f"alone, on the σ 0.1 sampler, already trained far better than every raw-reward arm ({c13['baseline_auc']:.2f} "
-            f"against SC's {c13['sc_auc']:.2f}).")
-
-
-def findings() -> str:
-    """The README's first-screen findings: a few plain sentences per regime, from notebooks 13 and 16's JSON."""
+def findings(regime: list) -> str:
+    """The README's first-screen findings: a few plain sentences per regime, from notebook 13's claim rows (raw
+    rewards) and notebook 16's (`regime`, group-centred advantages; REGIME_SENTENCES). Raises ValueError naming the
+    claim when a notebook 16 status has no sentence."""
     c13, c = _load("13_confirmatory.json"), _centred_arms_13()
-    if c13 is None:
-        return ""
-    rows = {r["name"]: r for r in c13["families"]["primary (AUC)"]}
-    cost, rec = rows["plain − bf16"], rows["sc − plain"]
-    mis = next(r for r in c13["families"]["primary (AUC)"] if r["name"] == "sc − mis" and r["test"] == "equivalent")
-    tis = next(r for r in c13["families"]["primary (AUC)"] if r["name"] == "sc − tis" and r["test"] == "equivalent")
+    rows = {r["id"]: r for r in c13["claims"] if r["family"] == "primary (AUC)"}
+    cost, rec = rows["A1"], rows["A2"]
     raw = (f"**Raw rewards as advantages (A = r, REINFORCE without a baseline: the regime that favours score centering "
            f"most).** On {cost['n']} fresh seeds, pre-registered (notebook 13), a mismatched sampler (FP8 + 10% weight "
            f"noise) costs plain training {fmt(-cost['mean'], False, 2)} of the mean clean reward over training "
            f"({cost['status']}); score centering gets {fmt(rec['mean'], False, 2)} of it back ({rec['status']}) and "
-           f"matches TIS and MIS within ±{MARGIN:g} ({tis['status'].split(' within')[0]}, both). Under FP8 alone no cost "
-           f"is detectable at this size.")
-    g = _load("16_grpo_regime.json")
-    if g is None:
-        ex = c["sc_added"]
-        centred = (f"**Group-centred advantages (the article's GRPO recipe).** The same sampler with the group-mean "
-                   f"baseline and no correction trains far better than any raw-reward arm (notebook 13: a mean clean "
-                   f"reward of {c['baseline_auc']:.2f} over training, against SC's {c['sc_auc']:.2f} and the raw "
-                   f"no-mismatch reference's {c['bf16_auc']:.2f}), and SC added to it changes "
-                   f"{fmt(ex['mean'], d=2)} ± {fmt(ex['ci95'], False, 2)}, {ex['status'].split(' (')[0]}. At the gradient "
-                   f"(notebook 15) the drift is still there with group-centred advantages but small: "
-                   f"{_drift_share_text()} of one update's error. Whether the mismatch costs GRPO anything in "
-                   f"training is notebook 16's question: pre-registered, its runs in progress.")
-    else:
-        centred = _regime_sentences(g)
-    return raw + "\n\n" + centred
+           f"matches TIS and MIS within ±{MARGIN:g} ({rows['A4']['status'].split(' within')[0]}, both). Under FP8 alone "
+           f"no cost is detectable at this size.")
+    if not regime:
+        return raw
+    by, g = {r["id"]: r for r in regime}, _load("16_grpo_regime.json")
+    said = []
+    for cid in ("G1", "G2", "G3", "G4"):
+        r = by[cid]
+        if (cid, r["status"]) not in REGIME_SENTENCES:
+            raise ValueError(f"notebook 16's {cid} is now {r['status']!r}: write its README sentence in "
+                             f"scripts/verdict.py's REGIME_SENTENCES")
+        said.append(REGIME_SENTENCES[cid, r["status"]].format(pm=f"{fmt(r['mean'])} ± {fmt(r['ci95'], False)}"))
+    par, auc = g["parameters"], {a: np.mean(g["per_arm"][a]["auc_per_seed"]) for a in ("bf16", "plain")}
+    return raw + "\n\n" + (
+        f"**Group-centred advantages (the article's advantages, A = 2(r − mean_G r); notebook 16, {by['G1']['n']} fresh "
+        f"seeds, pre-registered, {par['sampler_precision'].upper()} + {par['noise_std']:.0%} weight noise, "
+        f"{par['max_new_tokens']} tokens; the mean clean reward over training).** {' '.join(said)} For scale: the "
+        f"reference (bf16) averages {auc['bf16']:.2f} over training, plain {auc['plain']:.2f}. At the gradient "
+        f"(notebook 15) the drift is {_drift_share_text()} of one update's error; in notebook 13 a group baseline alone, "
+        f"on the σ 0.1 sampler, already trained far better than every raw-reward arm ({c['baseline_auc']:.2f} against "
+        f"SC's {c['sc_auc']:.2f}).")
 
 
-def made(rs: list | None = None) -> dict:
-    """Everything generated, by block name: the page's (claims, ladder, forest, severity, gradient) and the
-    README's (readme, readme_note), from one computation of the rows."""
-    rs = tested_rows() if rs is None else rs
-    slopes, g = slope_rows(), _load("10_gradient_test.json")
-    grs = gradient_rows(g)
-    cs = claims(rs, slopes, g, confirmatory_rows(), staleness_rows())
-    return {"claims": claims_table(cs), "ladder": ladder_table(), "forest": forest_table(rs),
-            "severity": severity_text(rs, slopes), "gradient": gradient_text(g, grs), "regime": regime_text(),
-            "recovery": recovery_text(),
-            "readme": readme_table(cs=cs), "readme_note": readme_note(cs), "findings": findings()}
+def forest_plot(rs: list, path: Path, fontsize: float = 8.5, width: float = 12) -> None:
+    """figures/verdict_forest.png: one row per contrast of `rs` (tested_rows()), the 95% interval thick, the point
+    filled where the row's status is decided in its family, dashed lines at ±M, the row's KL(q‖p) at the right."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(width, 0.04 * fontsize * len(rs) + 0.25 * fontsize))
+    colors = {"02": "tab:blue", "11": "tab:green", "06": "tab:purple"}
+    for i, r in enumerate(rs):
+        c = colors.get(r["source"], "k")
+        ax.plot([max(r["mean"] - r["ci95"], -1), min(r["mean"] + r["ci95"], 1)], [i, i], color=c, lw=0.4 * fontsize)
+        ax.plot(r["mean"], i, "o", color=c if r["status"] not in ("", "not decided") else "white", mec=c,
+                ms=0.8 * fontsize)
+        if r["kl"] is not None:
+            ax.text(1.02, i, f"{r['kl']:.1e}", va="center", fontsize=fontsize, transform=ax.get_yaxis_transform())
+    ax.axvline(0, color="0.3", lw=0.8)
+    for x in (-MARGIN, MARGIN):
+        ax.axvline(x, color="0.5", lw=0.6, ls="--")
+    ax.set_yticks(range(len(rs)), [f"{r['source']} · {r['setting']} · {r['contrast']}" for r in rs], fontsize=fontsize)
+    ax.tick_params(axis="x", labelsize=fontsize)
+    ax.set_ylim(len(rs) - 0.4, -1.4)  # top to bottom, room above the first row for the KL heading
+    ax.set_xlim(-1, 1)  # rewards lie in [0, 1]: a difference beyond ±1 is off the scale
+    ax.set_xlabel("paired difference in final clean reward, seeds pooled over CPU models (thick: 95%; dashed: the "
+                  f"±{MARGIN:g} margin)", fontsize=fontsize)
+    ax.text(1.02, -0.9, "KL", fontsize=fontsize, transform=ax.get_yaxis_transform())
+    ax.set_title("Paired contrasts in final clean reward, the earlier runs (notebook 13's: the claims table)\n"
+                 "95% t intervals over seeds (filled: decided in its family)", fontsize=1.4 * fontsize)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
-PAGE_BLOCKS = ("claims", "readme_note", "recovery", "ladder", "forest", "severity", "gradient", "regime")
+def made() -> dict:
+    """Everything generated, by block name, with the rows it reads: the page's blocks (PAGE_BLOCKS), the README's
+    (README_BLOCKS), and the rows themselves (`rows`: tested_rows(); `deck`: deck_data's)."""
+    rs, slopes, c13, st07, regime = tested_rows(), slope_rows(), confirmatory_rows(), staleness_rows(), regime_rows()
+    g = _load("10_gradient_test.json")
+    cs = claims(rs, slopes, g, c13, st07)
+    for r in (x for group in (rs, slopes, c13, st07) for x in group):  # the deck's: the short status, Holm's interval
+        r["short_status"] = short_status(r) if r.get("family") is not None else ""
+        r["holm_interval"] = list(holm_interval(r)) if r.get("family") is not None and "ci_holm" in r else None
+    par16 = _load("16_grpo_regime.json", FIG) or {}
+    deck = dict(alpha=ALPHA, margin=MARGIN, rows=rs, slopes=slopes, confirmatory=c13, staleness=st07, claims=cs,
+                regime=dict(parameters=par16.get("parameters"), rows=regime) if regime else None,
+                replicates={src: [str(d.relative_to(REPO)) for d in replicate_dirs(src)] for src in REPLICATED})
+    return {"claims": claims_table(cs), "recovery": recovery_text(), "ladder": ladder_table(),
+            "forest": forest_table(rs), "severity": severity_text(rs), "gradient": gradient_text(g),
+            "regime": regime_text(regime), "readme": readme_table(cs, regime), "findings": findings(regime),
+            "rows": rs, "deck": deck}
+
+
+PAGE_BLOCKS = ("claims", "recovery", "ladder", "forest", "severity", "gradient", "regime")
 README_BLOCKS = ("readme", "findings")
 
 
 def write_blocks(path: Path, made_: dict, kind: str = "verdict") -> None:
-    """Replace each <!-- KIND:NAME --> block of the file at `path` by made_[NAME]; SystemExit when one is missing.
-    """
+    """Replace each <!-- KIND:NAME --> block of the file at `path` by made_[NAME]; SystemExit when one is missing."""
     text_ = path.read_text()
     for name, text in made_.items():
         text_, n = re.subn(rf"<!-- {kind}:{name} -->\n(?:.*?\n)?<!-- /{kind}:{name} -->",
@@ -1397,49 +1014,22 @@ def write_blocks(path: Path, made_: dict, kind: str = "verdict") -> None:
     path.write_text(text_)
 
 
-def deck_data(rs: list) -> dict:
-    """What the deck (slides/journal_club.py) shows, as figures/verdict.json: the rows of the rule (`tested_rows`,
-    `slope_rows`, `confirmatory_rows`, `staleness_rows`), each decided row with its short status and its Holm-level
-    interval [lower, upper, a] within its family (`holm_interval`; None for a descriptive row or one whose Holm p
-    its notebook gave), the claims (`claims`), notebook 16's primary rows in the article's regime (None before its
-    JSON is committed), and per replicated notebook the folders its seeds pool."""
-    slopes, c13, st07 = slope_rows(), confirmatory_rows(), staleness_rows()
-
-    def extra(rows, family_rows):
-        for r in rows:
-            decided = r.get("family") is not None and "p_holm_given" not in r
-            r["short_status"] = short_status(r) if r.get("family") is not None else ""
-            r["holm_interval"] = list(holm_interval(r, family_rows)) if decided else None
-        return rows
-
-    extra(rs, rs), extra(slopes, slopes), extra(c13, c13), extra(st07, st07)
-    cs = claims(rs, slopes, None, c13, st07)
-    g = _load("16_grpo_regime.json")  # the article's regime: notebook 16's primary rows as it saved them
-    regime = None if g is None else dict(parameters=g["parameters"], rows=[
-        dict(r, wording=REGIME_WORDING[r["id"]]) for r in g["claims"]
-        if r["family"] == "primary (AUC)" and r["id"] in REGIME_WORDING])
-    return dict(alpha=ALPHA, margin=MARGIN, rows=rs, slopes=slopes, confirmatory=c13, staleness=st07, claims=cs,
-                regime=regime,
-                replicates={src: [str(d.relative_to(REPO)) for d in replicate_dirs(src)] for src in REPLICATED})
-
-
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--write", action="store_true", help="rewrite docs/verdict.md's and README.md's blocks and the forest plot")
     args = ap.parse_args(argv)
-    rs = tested_rows()
-    m = made(rs)
+    m = made()
     if not args.write:
-        for name, text in m.items():
-            print(f"<!-- verdict:{name} -->\n{text}\n<!-- /verdict:{name} -->\n")
+        for name in PAGE_BLOCKS + README_BLOCKS:
+            print(f"<!-- verdict:{name} -->\n{m[name]}\n<!-- /verdict:{name} -->\n")
         return
     write_blocks(PAGE, {k: m[k] for k in PAGE_BLOCKS})
     write_blocks(README, {k: m[k] for k in README_BLOCKS})
-    forest_plot(rs, FIG / "verdict_forest.png", fontsize=8.5, width=12)
-    (FIG / "verdict_forest.json").write_text(json.dumps(rs, indent=1))
-    (FIG / "verdict.json").write_text(json.dumps(deck_data(tested_rows()), indent=1))
-    print(f"wrote {PAGE.relative_to(REPO)}, README.md's verdict blocks, figures/verdict_forest.{{png,json}} and figures/verdict.json "
-          f"({len(rs)} rows)")
+    forest_plot(m["rows"], FIG / "verdict_forest.png")
+    (FIG / "verdict_forest.json").write_text(json.dumps(m["rows"], indent=1))
+    (FIG / "verdict.json").write_text(json.dumps(m["deck"], indent=1))
+    print(f"wrote {PAGE.relative_to(REPO)}, README.md's verdict blocks, figures/verdict_forest.{{png,json}} and "
+          f"figures/verdict.json ({len(m['rows'])} rows)")
 
 
 if __name__ == "__main__":

@@ -282,6 +282,33 @@ def test_differences(hypotheses: list, margin: float = MARGIN, alpha: float = AL
         rows.append(dict(name=name, test=test, mean=float(mean), ci95=float(half), sd=float(d.std(ddof=1)),
                          p=paired_test(d, test, margin), p_opposite=paired_test(d, test, margin, opposite=True),
                          wins=wins(d, test, margin), n=len(d)))
+    return decide_family(rows, margin, alpha, stated_effect)
+
+
+def describe_difference(d) -> dict:
+    """A paired difference no claim reads (a descriptive row): d (n,) per seed, n ≥ 2. Returns mean, ci95 (the 95%
+    t half-width with scipy's exact quantile, not `mean_ci95`'s 3-decimal table: the verdict page's forest rows), sd, p (the two-sided paired t test, Student t with n − 1 df; with zero spread 0 or 1 by whether
+    the mean is 0), p_opposite None, wins (seeds with d > 0) and n. Raises ScrlError for fewer than 2 seeds."""
+    from scipy import stats
+
+    d = np.asarray(d, dtype=float)
+    n, mean, sd = len(d), float(d.mean()), float(d.std(ddof=1))
+    if n < 2:
+        raise ScrlError(f"a paired difference needs at least 2 seeds, got {n}")
+    se = sd / math.sqrt(n)
+    half = stats.t.ppf(0.975, n - 1) * se
+    t = mean / se if se > 0 else (math.copysign(math.inf, mean) if mean != 0 else 0.0)
+    return dict(mean=float(mean), ci95=float(half), sd=sd, p=min(1.0, 2 * float(stats.t.sf(abs(t), n - 1))),
+                p_opposite=None, wins=wins(d, "two-sided"), n=n)
+
+
+def decide_family(rows: list, margin: float = MARGIN, alpha: float = ALPHA, stated_effect: float | None = None) -> list:
+    """Holm's step-down over one family's tested rows, and each row's status: `test_differences`' second half, for
+    rows whose p comes from another test (notebook 10's gradient contrasts, a t test widened by its reference's term).
+
+    rows: dicts with test (one of `TESTS`), mean, sd, n, p and p_opposite (the claim's test and its opposite). Adds
+    p_holm, p_opposite_holm, holm_level, ci_holm, status, smallest_margin, seeds_at_stated_effect and
+    seeds_to_decide, as `test_differences` documents them; returns rows."""
     if not rows:
         return rows
     ps = [r["p"] for r in rows]

@@ -93,7 +93,7 @@ def test_deck_builds_offline_with_the_verdicts_numbers(built_deck):
     fam02 = [r for r in rs if r["family"] == "02"]
     table = table_rows(html)
     for r in fam02:  # the headline table: each claim's numbers, Holm-level interval, Holm p and status, by the rule
-        lo, hi, _ = verdict.holm_interval(r, rs)
+        lo, hi, _ = verdict.holm_interval(r)
         cells = [f"{verdict.fmt(r['mean'])} ± {r['ci95']:.3f}", f"[{lo:+.3f}, {hi:+.3f}]", verdict.p_text(r["p_holm"]),
                  verdict.short_status(r).replace("**", "")]
         assert any(row[0].startswith(r["contrast"] + " ") and row[1:] == cells for row in table), \
@@ -261,12 +261,12 @@ def test_deck_reads_the_verdicts_json_and_imports_only_scrl_min():
     rs = verdict.tested_rows()
     for r, saved in zip(rs, data["rows"]):  # the saved interval is verdict.holm_interval's, within the row's family
         if r["family"] is not None and "p_holm_given" not in r:
-            assert saved["holm_interval"] == pytest.approx(list(verdict.holm_interval(r, rs)), rel=1e-12)
+            assert saved["holm_interval"] == pytest.approx(list(verdict.holm_interval(r)), rel=1e-12)
             assert saved["short_status"] == verdict.short_status(r)
 
 
 def test_holm_interval_decides_as_holm_steps():
-    """verdict.holm_interval: in each family of the rule, the interval at step k is the (1 − 2a) t interval with
+    """verdict.holm_interval (scrl_min.stats' Holm step, carried by each row): in each family of the rule, the interval at step k is the (1 − 2a) t interval with
     a = α/(m − k), and its claim-side end clears the threshold exactly when p < a; where Holm's adjusted p is below
     α the interval clears (the deck's reading agrees with the status)."""
     from scipy import stats
@@ -283,7 +283,7 @@ def test_holm_interval_decides_as_holm_steps():
     for fam, members in fams.items():
         by_p = sorted(members, key=lambda r: r["p"])
         for r in members:
-            lo, hi, a = verdict.holm_interval(r, members)
+            lo, hi, a = verdict.holm_interval(r)
             rank = next(k for k, x in enumerate(by_p) if x is r)
             assert math.isclose(a, verdict.ALPHA / (len(members) - rank)), (fam, r["contrast"], a, rank)
             h = stats.t.ppf(1 - a, r["n"] - 1) * r["sd"] / math.sqrt(r["n"])
@@ -294,7 +294,7 @@ def test_holm_interval_decides_as_holm_steps():
             if r["p_holm"] < verdict.ALPHA:
                 assert clears, (fam, r["contrast"])
     with pytest.raises(ValueError):
-        verdict.holm_interval(next(r for r in verdict.tested_rows() if r["family"] is None), rs)
+        verdict.holm_interval(next(r for r in verdict.tested_rows() if r["family"] is None))
 
 
 def test_deck_follows_the_readmes_reading_order():

@@ -34,6 +34,34 @@ def test_paired_test_refuses_bad_input():
         paired_test([0.1, 0.2], "two-sided")
 
 
+def test_a_descriptive_row_is_scipys_two_sided_test_with_the_exact_t_interval():
+    """describe_difference (the verdict's rows no claim reads): scipy's two-sided p and the 95% t interval with the
+    exact quantile; zero spread gives p 0 or 1 by whether the mean is 0."""
+    from scrl_min.stats import describe_difference
+
+    for d in (np.array([0.3, -0.1, 0.2]), np.random.default_rng(2).normal(0.05, 0.1, 12)):
+        r = describe_difference(d)
+        assert r["p"] == pytest.approx(stats.ttest_1samp(d, 0.0).pvalue, rel=1e-10)
+        lo, hi = stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
+        assert r["ci95"] == pytest.approx((hi - lo) / 2, rel=1e-12) and r["wins"] == int((d > 0).sum())
+    assert describe_difference([0.1, 0.1])["p"] == 0.0 and describe_difference([0.0, 0.0])["p"] == 1.0
+    with pytest.raises(scrl_min.ScrlError, match="at least 2 seeds"):
+        describe_difference([0.1])
+
+
+def test_decide_family_is_test_differences_second_half():
+    """Rows whose p come from elsewhere (notebook 10's widened t test) get test_differences' Holm p, statuses and
+    counts: fed test_differences' own p, decide_family returns the same rows."""
+    from scrl_min.stats import decide_family, test_differences
+
+    rng = np.random.default_rng(5)
+    hyps = [("a", rng.normal(0.05, 0.1, 20), "greater"), ("b", rng.normal(0.0, 0.05, 20), "equivalent"),
+            ("c", rng.normal(-0.04, 0.1, 20), "less")]
+    want = test_differences(hyps)
+    got = decide_family([{k: r[k] for k in ("name", "test", "mean", "sd", "n", "p", "p_opposite")} for r in want])
+    assert got == [{k: r[k] for k in got[0]} for r in want]
+
+
 def test_family_statuses_by_brute_force_holm():
     """Holm by enumeration of its steps (not `holm`), and each status from the definition in the docstring."""
     rng = np.random.default_rng(7)
