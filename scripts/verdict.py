@@ -147,129 +147,72 @@ def _load(name, fig: Path = FIG):
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _row(source, setting, name, diffs, kl=None):
-    return dict(source=source, setting=setting, contrast=name, per_seed=[float(d) for d in diffs], kl=kl)
-
-
 def rows(fig: Path = FIG) -> list:
-    """Every paired contrast of one replicate's JSON, as (source, setting, contrast, per-seed differences, KL), in
-    page order: the headline (02), the severity ladder (11), the regime map (06), staleness (07). With fig a
-    folder of figures/replicates/, the notebooks that folder holds come from there (that CPU model's runs), the
-    others from figures/. `tested_rows` pools these over replicates."""
+    """Every paired contrast of one replicate's JSON (fig: figures/, or a folder of figures/replicates/, where a
+    notebook the folder lacks comes from figures/) as dict(source, setting, contrast, per_seed: its differences, kl,
+    family, kind), in page order: the headline (02, the tests its claims need), the severity ladder (11: per rung,
+    then its no-mismatch reference, plain − 02's bf16 of the same seeds, exploratory), the regime map (06: its own Holm
+    p over 54 cells, two-sided). `tested_rows` pools them over replicates. Raises ValueError when notebook 11 has a seed
+    notebook 02 lacks."""
     out = []
-    d = _load("02_fp8_arms.json", fig)
-    if d:
-        fin = {a: np.array(v["final_eval_per_seed"]) for a, v in d["final"].items()}
-        kl = d.get("kl_qp_step0", {}).get("plain")
-        setting = d.get("setting", f"FP8 + σ {d['parameters']['noise_std']}") + f", {d['parameters']['advantage_mode']}"
-        names = d.get("primary_contrasts") or ["sc − mis", "sc − tis", "sc_mis − mis", "sc − plain", "plain − bf16"]
-        for name in names:
+
+    def add(source, setting, name, diffs, kl, family=None, kind="two-sided"):
+        out.append(dict(source=source, setting=setting, contrast=name, per_seed=[float(x) for x in diffs], kl=kl,
+                        family=family, kind=kind))
+
+    d02, d11, d06 = (_load(f"{n}.json", fig) for n in ("02_fp8_arms", "11_severity_slope", "06_regime_map"))
+    fin = {a: np.array(v["final_eval_per_seed"]) for a, v in d02["final"].items()}
+    setting = d02.get("setting", f"FP8 + σ {d02['parameters']['noise_std']}") + f", {d02['parameters']['advantage_mode']}"
+    for name in d02.get("primary_contrasts") or list(KIND_02):
+        a, b = name.split(" − ")
+        add("02", setting, name, fin[a] - fin[b], d02.get("kl_qp_step0", {}).get("plain"), "02", KIND_02[name])
+    seeds02, seeds11 = d02["parameters"]["seeds"], d11["parameters"]["seeds"]
+    if any(s not in seeds02 for s in seeds11):
+        raise ValueError(f"notebook 11's seeds {seeds11} are not all in notebook 02's JSON ({fig})")
+    per = {rung: (f"{rung}, {d11['parameters']['advantage_mode']}", d11["per_rung"][rung]) for rung in d11["rungs"]}
+    for setting, r in per.values():
+        for name in r["contrasts"]:
             a, b = name.split(" − ")
-            if a in fin and b in fin:
-                out.append(_row("02", setting, name, fin[a] - fin[b], kl))
-    d = _load("11_severity_slope.json", fig)
-    if d:
-        for rung in d["rungs"]:
-            r = d["per_rung"][rung]
-            for name in r["contrasts"]:
-                a, b = name.split(" − ")
-                diffs = np.array(r["final"][a]["per_seed"]) - np.array(r["final"][b]["per_seed"])
-                out.append(_row("11", f"{rung}, {d['parameters']['advantage_mode']}", name, diffs, r["kl_run_mean"]))
-    d = _load("06_regime_map.json", fig)
-    if d:
-        p, runs = d["parameters"], d["final_per_run"]
-        for mode in p["modes"]:
-            for prec, sigma in zip(p["severity_formats"], p["severity_noise"]):
-                label = prec + (f" σ={sigma:g}" if sigma > 0 else "")
-                cell = f"{mode} · {label}"
-                kl = d["measured"].get(cell, {}).get("kl_qp")
-                for a, b in (("sc", "plain"), ("sc", "mis"), ("sc", "tis"), ("sc_mis", "mis"), ("plain", "reference")):
-                    def f(arm, s):
-                        key = f"{mode} / reference / bf16 / {s}" if arm == "reference" else f"{mode} / {label} / {arm} / {s}"
-                        return runs[key]
-                    if all(x == "reference" or x in p["arms"] for x in (a, b)):
-                        diffs = [f(a, s) - f(b, s) for s in p["seeds"]]
-                        out.append(_row("06", f"{label}, {mode}", f"{a} − {b}".replace("reference", "bf16"), diffs, kl))
+            add("11", setting, name, np.subtract(r["final"][a]["per_seed"], r["final"][b]["per_seed"]), r["kl_run_mean"])
+    bf16 = np.array(fin["bf16"])[[seeds02.index(s) for s in seeds11]]
+    for setting, r in per.values():
+        add("11", setting, "plain − bf16 (02's)", np.array(r["final"]["plain"]["per_seed"]) - bf16, r["kl_run_mean"],
+            "11 reference", "less")
+    p, runs = d06["parameters"], d06["final_per_run"]
+    holm06 = {(cell, f"{arm} − {base}"): float(mp["p_holm"][i][j]) for key, base in (("minus_reference", "bf16"),
+              ("minus_plain", "plain")) for mp in [d06["maps"][key]] for i, cell in enumerate(mp["rows"])
+              for j, arm in enumerate(mp["cols"])}
+    for mode in p["modes"]:
+        for prec, sigma in zip(p["severity_formats"], p["severity_noise"]):
+            label = prec + (f" σ={sigma:g}" if sigma > 0 else "")
+            kl = d06["measured"].get(f"{mode} · {label}", {}).get("kl_qp")
+            for a, b in (("sc", "plain"), ("sc", "mis"), ("sc", "tis"), ("sc_mis", "mis"), ("plain", "reference")):
+                run = {x: [runs[f"{mode} / reference / bf16 / {s}" if x == "reference" else f"{mode} / {label} / {x} / {s}"]
+                           for s in p["seeds"]] for x in (a, b) if x == "reference" or x in p["arms"]}
+                if len(run) == 2:
+                    name = f"{a} − {b}".replace("reference", "bf16")
+                    add("06", f"{label}, {mode}", name, np.subtract(run[a], run[b]), kl)
+                    if (f"{mode} · {label}", name) in holm06:  # a map cell: its notebook's Holm p, no status
+                        out[-1].update(family="06 map", p_holm_given=holm06[f"{mode} · {label}", name], m_given=54)
     return out
 
 
 REPLICATED = {"02": "02_fp8_arms.json", "11": "11_severity_slope.json"}  # notebooks figures/replicates/* may hold
 
 
-def replicate_folders(source: str) -> list:
-    """The folders of figures/replicates/ that hold notebook `source`'s JSON (one per other CPU model), by name."""
-    if source not in REPLICATED or not REPLICATES.is_dir():
-        return []
-    return [d for d in sorted(REPLICATES.iterdir()) if (d / REPLICATED[source]).is_file()]
-
-
-def replicate_names(source: str) -> list:
-    """How the page names each of replicate_dirs(source): "committed run" (figures/), then each folder's name (the
-    CPU model, e.g. "xeon_amx")."""
-    return ["committed run"] + [d.name for d in replicate_folders(source)]
+def replicate_dirs(source: str) -> list:
+    """The folders that hold replicates of notebook `source`'s runs: figures/ (the committed notebook's), then each
+    folder of figures/replicates/ (one per other CPU model) that has them."""
+    return [FIG] + ([d for d in sorted(REPLICATES.iterdir()) if (d / REPLICATED[source]).is_file()]
+                    if source in REPLICATED and REPLICATES.is_dir() else [])
 
 
 def per_replicate(r, d: int = 3) -> str:
-    """A tested row's per-replicate mean ± 95%, each named by where it ran (`replicate_names`), in the order pooled."""
-    names = replicate_names(r["source"])
-    if len(names) != r["k"]:
-        names = [f"replicate {i + 1}" for i in range(r["k"])]
+    """A tested row's per-replicate mean ± 95%, each named by where it ran ("committed run" for figures/, else its
+    folder's name: the CPU model), in the order pooled."""
+    names = ["committed run" if f == FIG else f.name for f in replicate_dirs(r["source"])]
+    names = names if len(names) == r["k"] else [f"replicate {i + 1}" for i in range(r["k"])]
     return ", ".join(f"{n} {fmt(m, d=d)} ± {h:.{d}f}" for n, (m, h) in zip(names, r["replicate_means"]))
-
-
-def replicate_dirs(source: str) -> list:
-    """The folders that hold replicates of notebook `source`'s runs: figures/ (the committed notebook's), then each
-    folder of figures/replicates/ that has them."""
-    return [FIG] + replicate_folders(source)
-
-
-def ladder_reference(fig: Path = FIG) -> list:
-    """The severity ladder's no-mismatch reference (notebook 11 runs notebook 02's configuration, so 02's bf16 runs
-    of the same seeds are its reference): per rung, plain − bf16 per seed, as rows(). Empty when either JSON is
-    missing. Raises ValueError when notebook 11 has a seed notebook 02 lacks."""
-    d11, d02 = _load("11_severity_slope.json", fig), _load("02_fp8_arms.json", fig)
-    if not d11 or not d02:
-        return []
-    seeds02 = d02["parameters"]["seeds"]
-    missing = [s for s in d11["parameters"]["seeds"] if s not in seeds02]
-    if missing:
-        raise ValueError(f"notebook 11's seeds {missing} have no bf16 run in notebook 02's JSON ({fig})")
-    bf16 = np.array(d02["final"]["bf16"]["final_eval_per_seed"])[[seeds02.index(s) for s in d11["parameters"]["seeds"]]]
-    out = []
-    for rung in d11["rungs"]:
-        r = d11["per_rung"][rung]
-        out.append(_row("11", f"{rung}, {d11['parameters']['advantage_mode']}", "plain − bf16 (02's)",
-                        np.array(r["final"]["plain"]["per_seed"]) - bf16, r["kl_run_mean"]))
-    return out
-
-
-def _family_of(r) -> tuple:
-    """(family key or None, test kind) of a reward row, by the rule: 02's five with the test their claims need;
-    the ladder reference (exploratory, 'costs'); 06's map cells (its own Holm, two-sided); 07's SC + IS − IS
-    (exploratory, 'beats'); every other row descriptive (two-sided, no family)."""
-    src, c = r["source"], r["contrast"]
-    if src == "02" and c in KIND_02:
-        return "02", KIND_02[c]
-    if src == "11" and c == "plain − bf16 (02's)":
-        return "11 reference", "less"
-    if src == "06" and c in ("sc − plain", "plain − bf16"):
-        return "06 map", "two-sided"
-    return None, "two-sided"
-
-
-def _map_holm_06() -> dict:
-    """Notebook 06's own Holm p over its 54 map cells, by (setting as rows() writes it, contrast)."""
-    d = _load("06_regime_map.json")
-    out = {}
-    if not d:
-        return out
-    for key, base in (("minus_reference", "bf16"), ("minus_plain", "plain")):
-        mp = d["maps"][key]
-        for i, cell in enumerate(mp["rows"]):
-            mode, label = cell.split(" · ")
-            for j, arm in enumerate(mp["cols"]):
-                out[(f"{label}, {mode}", f"{arm} − {base}")] = float(mp["p_holm"][i][j])
-    return out
 
 
 def tested(source, setting, contrast, replicates, kl=None, family=None, kind="two-sided") -> dict:
@@ -283,27 +226,17 @@ def tested(source, setting, contrast, replicates, kl=None, family=None, kind="tw
 
 
 def tested_rows() -> list:
-    """Every paired contrast in final clean reward of notebooks 02, 11 (per rung, then the ladder reference) and 06,
-    pooled over replicates, with its family's Holm p, its status and the page-wide Holm p (sensitivity only), in page
-    order. Rows of one (source, setting, contrast) are matched across replicates; a replicate that lacks a row leaves
-    the row to the replicates that have it."""
-    by_dir = {f: rows(f) for f in {f for src in ("02", "11", "06") for f in replicate_dirs(src)}}
-    ref = [ladder_reference(f) for f in replicate_dirs("11")]
-    holm06 = _map_holm_06()
+    """Every paired contrast in final clean reward of notebooks 02, 11 and 06 (`rows`), pooled over replicates, with
+    its family's Holm p, its status and the page-wide Holm p (sensitivity only), in page order. Rows of one (source,
+    setting, contrast) are matched across replicates; a replicate that lacks a row leaves it to those that have it."""
+    by_dir = {f: rows(f) for f in {f for src in ("02", "11") for f in replicate_dirs(src)}}
     out = []
-    for src in ("02", "11", "06"):
-        reps = [[r for r in by_dir[f] if r["source"] == src] for f in replicate_dirs(src)]
-        if src == "11":
-            reps = [a + b for a, b in zip(reps, ref)]
-        for base in reps[0]:
-            key = (base["setting"], base["contrast"])
-            same = [base["per_seed"]] + [r["per_seed"] for rep in reps[1:] for r in rep
-                                         if (r["setting"], r["contrast"]) == key]
-            family, kind = _family_of(base)
-            row = tested(src, base["setting"], base["contrast"], same, base["kl"], family, kind)
-            if family == "06 map":
-                row.update(p_holm_given=holm06[key], m_given=54)
-            out.append(row)
+    for base in by_dir[FIG]:
+        same = [base["per_seed"]] + [r["per_seed"] for f in replicate_dirs(base["source"])[1:] for r in by_dir[f]
+                                     if (r["source"], r["setting"], r["contrast"]) ==
+                                     (base["source"], base["setting"], base["contrast"])]
+        row = tested(base["source"], base["setting"], base["contrast"], same, base["kl"], base["family"], base["kind"])
+        out.append(dict(row, **{k: base[k] for k in ("p_holm_given", "m_given") if k in base}))
     return page_holm(decide_families(out))
 
 
