@@ -25,8 +25,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from scrl_min import holm, mean_ci95, p_text, test_family  # noqa: E402  (the rule, defined once, in scrl_min.stats)
-from scrl_min.stats import ALPHA, MARGIN, decide_family, describe_difference, effect_beyond_null  # noqa: E402
-from scrl_min.stats import pool_replicates, replicate_heterogeneity, seeds_to_decide, test_differences  # noqa: E402
+from scrl_min.stats import ALPHA, MARGIN, describe_difference, effect_beyond_null  # noqa: E402
+from scrl_min.stats import pool_replicates, replicate_heterogeneity, test_differences  # noqa: E402
 
 FIG = REPO / "figures"
 PAGE = REPO / "docs" / "verdict.md"
@@ -109,9 +109,8 @@ def with_seeds(rs: list) -> list:
     for r in rs:
         if r.get("status") != "not decided":
             r["seeds"] = None
-        elif "stated_effect" in r:
-            r["seeds"] = dict(n=[seeds_to_decide(r["sd"], e, r["holm_level"]) for e in r["stated_effect"]],
-                              label=r["effect_label"], level=r["holm_level"])
+        elif "effect_label" in r:  # notebook 10's: its counts at the predicted gap, a range
+            r["seeds"] = dict(n=r["seeds_at_stated_effect"], label=r["effect_label"], level=r["holm_level"])
         elif r["family"].startswith("11 slopes"):
             r["seeds"] = dict(n=[r["seeds_to_decide"]], level=r["holm_level"],
                               label=f"if the true slope were the observed {fmt(r['mean'])}, no effect having been declared")
@@ -309,37 +308,25 @@ def slope_rows() -> list:
 
 
 def gradient_rows(g) -> list:
-    """Notebook 10's pre-registered tests under the rule: the primary contrast (a family of one) and the three
-    secondaries (Holm among themselves, `decide_family`), each one-sided in SC's favour (the claim: SC's MSE is
-    lower, D < 0; the rule's test for "SC beats X", which replaces the notebook's two-sided one, the families staying
-    the notebook's). The statistic is the notebook's: D = mean of D_b = ‖ĝ_SC‖² − ‖ĝ_X‖² − 2(ĝ_SC − ĝ_X)·ĝ*_ref over
-    n batches, in ‖g*‖² units, with standard error √(sd_D² / n + ref_term_sd²) (its t interval widened by the
-    reference's term), t with n − 1 df. Each row: key, label, family, kind, mean (D), ci95 (the notebook's D_ci95),
-    sd (sd_D, per batch), n (batches), p and p_opposite, p_notebook and p_holm_notebook (its two-sided ones),
-    rel_gap, rel_ci95, predicted (the predicted relative gap, 2-3 × KL), kl, other (the estimator SC is compared
-    with), power (the notebook's power computation for it), decision (the primary's, by the notebook's rule),
-    robust (its post hoc robust check); then the rule's Holm p and status, and `with_seeds`' batches."""
-    from scipy.stats import t as t_dist
-
+    """Notebook 10's claim rows as it saved them (its section 5: each pre-registered test one-sided in SC's favour,
+    H1: D < 0, with the reference's term in the standard error; the primary alone, S1-S3 under Holm,
+    `scrl_min.decide_family`), with the numbers the page quotes beside them from its contrast's dict: key, label,
+    family (GRADIENT_TESTS'), kind, rel_gap, rel_ci95, predicted (the relative gap, 2-3 × KL), kl, p_notebook and
+    p_holm_notebook (its declared two-sided p), power (its power computation), decision (the primary's, by its
+    declared rule), robust (its post hoc robust check), and the batches that would decide an undecided row at the
+    predicted gap (`with_seeds`)."""
     sec = {name.split(" · ")[0]: (name, c) for name, c in g["secondary"].items()}
-    p = g["parameters"]
+    p, saved = g["parameters"], {r["id"]: r for r in g["claims"]}
     out = []
     for key, family, other, power_key, _ in GRADIENT_TESTS:
         label, c = (f"primary · SC − MIS, {p['primary_sampler']}, start", g["primary"]) if key == "primary" else sec[key]
-        n = c["n"]
-        t = c["D"] / math.sqrt(c["sd_D"] ** 2 / n + c["ref_term_sd"] ** 2)
-        out.append(dict(key=key, label=label, family=family, kind="less", test="less", mean=c["D"], ci95=c["D_ci95"],
-                        sd=c["sd_D"], n=n, p=float(t_dist.sf(-t, n - 1)), p_opposite=float(t_dist.sf(t, n - 1)),
-                        p_notebook=c["p"], p_holm_notebook=c.get("p_holm"), rel_gap=c["rel_gap"],
-                        rel_ci95=c["rel_ci95"], predicted=list(c["predicted_rel_gap"]), kl=c["kl"], other=other,
-                        power=g.get("prediction", {}).get("power", {}).get(power_key), decision=c.get("decision"),
-                        robust=c.get("robust"), stated_effect=[-gap * c["mse_b"] for gap in c["predicted_rel_gap"]],
+        out.append(dict(saved[key], key=key, label=label, family=family, kind="less", p_notebook=c["p"],
+                        p_holm_notebook=c.get("p_holm"), rel_gap=c["rel_gap"], rel_ci95=c["rel_ci95"],
+                        predicted=list(c["predicted_rel_gap"]), kl=c["kl"], decision=c.get("decision"),
+                        power=g.get("prediction", {}).get("power", {}).get(power_key), robust=c.get("robust"),
+                        m=sum(r["family"] == saved[key]["family"] for r in g["claims"]),
                         effect_label=f"at the predicted gap, {-c['predicted_rel_gap'][0]:.1%} to "
                                      f"{-c['predicted_rel_gap'][1]:.1%} of MSE_{other} (2-3 × KL)"))
-    for family in dict.fromkeys(r["family"] for r in out):
-        members = decide_family([r for r in out if r["family"] == family])
-        for r in members:
-            r["m"] = len(members)
     return with_seeds(out)
 
 

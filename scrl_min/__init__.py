@@ -25,7 +25,7 @@ from .driver import (ARMS, EVAL_SEED, TrainConfig, Trainer, arm_config, config_i
                      parallel_map, progress_bar, read_metrics, run_grid, seeds_named_elsewhere, train, train_many,
                      with_run_dir)
 from .drift import eos_stats, expected_update, iterate_drift, iterated_drift_runs
-from .stats import (ALPHA, ARM_COLORS, COLLAPSE_STD, MARGIN, band_plot, check_layout, collapsed, curve_auc,
+from .stats import (ALPHA, ARM_COLORS, COLLAPSE_STD, MARGIN, band_plot, check_layout, collapsed, curve_auc, decide_family,
                     eval_curve, final_reward, forest_plot, heterogeneity, holm, mcnemar_exact, mean_ci95,
                     moving_average, p_text, paired_contrasts, paired_test, per_seed_plot, seeds_to_decide,
                     test_differences, test_family)
@@ -47,7 +47,8 @@ __all__ = [
     # the drift alone (drift.py)
     "eos_stats", "expected_update", "iterated_drift_runs",
     # statistics and figures (stats.py)
-    "ALPHA", "ARM_COLORS", "COLLAPSE_STD", "MARGIN", "band_plot", "check_layout", "collapsed", "curve_auc", "eval_curve",
+    "ALPHA", "ARM_COLORS", "COLLAPSE_STD", "MARGIN", "band_plot", "check_layout", "collapsed", "curve_auc", "decide_family",
+    "eval_curve",
     "final_reward", "forest_plot", "heterogeneity", "holm", "mcnemar_exact", "mean_ci95", "moving_average", "p_text",
     "paired_contrasts", "per_seed_plot", "seeds_to_decide", "test_differences", "test_family",
 ]

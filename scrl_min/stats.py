@@ -306,9 +306,10 @@ def decide_family(rows: list, margin: float = MARGIN, alpha: float = ALPHA, stat
     """Holm's step-down over one family's tested rows, and each row's status: `test_differences`' second half, for
     rows whose p comes from another test (notebook 10's gradient contrasts, a t test widened by its reference's term).
 
-    rows: dicts with test (one of `TESTS`), mean, sd, n, p and p_opposite (the claim's test and its opposite). Adds
-    p_holm, p_opposite_holm, holm_level, ci_holm, status, smallest_margin, seeds_at_stated_effect and
-    seeds_to_decide, as `test_differences` documents them; returns rows."""
+    rows: dicts with test (one of `TESTS`), mean, sd, n, p and p_opposite (the claim's test and its opposite), and
+    optionally stated_effect: the row's own effect (one value or a list, a range), in place of the family's. Adds
+    p_holm, p_opposite_holm, holm_level, ci_holm, status, smallest_margin, seeds_at_stated_effect (a list where the
+    row's stated effect is one) and seeds_to_decide, as `test_differences` documents them; returns rows."""
     if not rows:
         return rows
     ps = [r["p"] for r in rows]
@@ -316,12 +317,13 @@ def decide_family(rows: list, margin: float = MARGIN, alpha: float = ALPHA, stat
         h, level = _holm_step(ps, i, r["sd"], r["n"], alpha)
         lo, hi = r["mean"] - h, r["mean"] + h
         tost = margin if r["test"] == "equivalent" else None
+        effect = r.get("stated_effect", margin if stated_effect is None else stated_effect)
         status = (CLAIM_STATUS[r["test"]].format(margin=margin) if ph < alpha else "contradicted" if po < alpha
                   else "not decided")
         r.update(p_holm=float(ph), p_opposite_holm=float(po), holm_level=float(level), ci_holm=h, status=status,
                  smallest_margin=float(max(abs(lo), abs(hi))),
-                 seeds_at_stated_effect=seeds_to_decide(r["sd"], margin if stated_effect is None else stated_effect,
-                                                        level, equivalence_margin=tost),
+                 seeds_at_stated_effect=[seeds_to_decide(r["sd"], e, level, equivalence_margin=tost) for e in effect]
+                 if isinstance(effect, list) else seeds_to_decide(r["sd"], effect, level, equivalence_margin=tost),
                  seeds_to_decide=seeds_to_decide(r["sd"], effect_beyond_null(r["mean"], r["test"], margin), level,
                                                  equivalence_margin=tost))
     return rows

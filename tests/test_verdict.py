@@ -15,6 +15,7 @@ from scipy import stats
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
+import scrl_min  # noqa: E402
 import verdict  # noqa: E402
 from scrl_min.stats import pool_replicates, replicate_heterogeneity  # noqa: E402  (the rule, defined once)
 
@@ -228,8 +229,8 @@ def test_the_gradient_primary_is_the_declared_one_tested_alone(g10):
     two = 2 * stats.t.sf(abs(pr["D"]) / se, n - 1)
     assert two == pytest.approx(pr["p"], rel=1e-6, abs=0)
     one = pr["p"] / 2 if pr["D"] < 0 else 1 - pr["p"] / 2
-    declared = g10["primary_contrasts"]["C3"]  # the JSON names its primary; it is the same contrast
-    assert next(c for c in g10["contrasts"] if c["label"] == declared)["estimate"] == pr["D"]
+    saved = {r["id"]: r for r in g10["claims"]}  # the rows notebook 10 saved under the rule are these
+    assert saved["primary"]["mean"] == pr["D"] and saved["primary"]["family"] == "primary"
     rows = verdict.gradient_rows(g10)
     r = rows[0]
     assert r["key"] == "primary" and r["mean"] == pr["D"] and r["n"] == n and r["ci95"] == pr["D_ci95"]
@@ -519,4 +520,4 @@ def test_an_undecided_row_says_where_it_lies_or_that_it_was_powered():
     assert "its 60 seeds had 80% power at a 0.05 effect" in texts["powered"] and "would decide it" not in texts["powered"]
     assert "seeds would decide it at a 0.05 effect beyond 0" in texts["short"]
     n = rows[2]["seeds"]["n"][0]
-    assert n == verdict.seeds_to_decide(rows[2]["sd"], 0.05, rows[2]["seeds"]["level"]) and n > 5
+    assert n == scrl_min.seeds_to_decide(rows[2]["sd"], 0.05, rows[2]["seeds"]["level"]) and n > 5
