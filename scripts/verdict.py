@@ -586,8 +586,8 @@ def _gradient_number(g, r) -> tuple:
 def _placebo(g, key: str) -> tuple:
     """Notebook 10's placebo (A = 1) at its largest-KL sampler, per estimator ‖E ĝ(1)‖² / ‖g*‖² ± 95%, and for
     each estimator the samplers where its 95% interval excludes 0; key "placebo" (pre-registered) or
-    "placebo_post_hoc" (further, independent batches per sampler, added after the run). Each sampler's values are
-    notebook 10's (its closing and JSON)."""
+    "placebo_post_hoc" (further, independent batches per sampler, added after the run); (text, short: plain's and
+    SC's there). Each sampler's values are notebook 10's (its closing and JSON)."""
     pl = sorted(g[key].items(), key=lambda kv: kv[1]["kl"])
     vals = [(name, P, {k.split(" · ")[0]: (v["value"], v["ci95"]) for k, v in P["stats"].items() if k.endswith("A = 1")})
             for name, P in pl]
@@ -600,7 +600,8 @@ def _placebo(g, key: str) -> tuple:
     return (f"{len(vals)} samplers, {P['n']} batches each; at {name} (KL {P['kl']:.1e}): "
             + ", ".join(f"{names[e]} {fmt(v, d=1)} ± {h:.1f}" for e, (v, h) in st.items())
             + "; the 95% interval excludes 0: " + "; ".join(some + ([f"{none_} at no sampler"] if none else [])),
-            f"plain {fmt(st['plain'][0], d=0)} ± {st['plain'][1]:.0f}, SC {fmt(st['sc'][0], d=0)} ± {st['sc'][1]:.0f}")
+            f"at {name}: plain {fmt(st['plain'][0], d=0)} ± {st['plain'][1]:.0f}, SC {fmt(st['sc'][0], d=0)} ± "
+            f"{st['sc'][1]:.0f} ‖g*‖² ({P['n']} batches)")
 
 
 def gradient_claims(g, grs: list | None = None) -> list:
@@ -614,15 +615,15 @@ def gradient_claims(g, grs: list | None = None) -> list:
         out.append(dict(claim=claim.format(**g["parameters"]), where=where, number=number,
                         status=status_text(r, "batches"), short=f"{_pct(r['rel_gap'])} ± {_pct(r['rel_ci95'], False)} "
                         f"of MSE_{r['other']} ({r['n']} batches)", short_status=short_status(r, "batches"), row=r))
-    (number, short), top = _placebo(g, "placebo"), max(g["placebo"].values(), key=lambda P: P["kl"])
-    number, short = f"pre-registered, ‖E ĝ(A = 1)‖² / ‖g*‖², 95% jackknife: {number}", f"{short} ‖g*‖² ({top['n']} batches)"
+    number, short = _placebo(g, "placebo")
+    number = f"pre-registered, ‖E ĝ(A = 1)‖² / ‖g*‖², 95% jackknife: {number}"
     if g.get("placebo_post_hoc"):
-        (more, more_short), top = _placebo(g, "placebo_post_hoc"), max(g["placebo_post_hoc"].values(), key=lambda P: P["kl"])
+        more, more_short = _placebo(g, "placebo_post_hoc")
         number += f"; post hoc (not pre-registered), further independent batches: {more}"
-        short += f"; post hoc {top['n']} batches: {more_short}"
+        short += f"; post hoc {more_short}"
     out.append(dict(claim="Plain's update carries a drift that SC removes (placebo: A = 1, no signal)",
                     where="10 · placebo (each sampler's values: notebook 10's closing)", number=number,
-                    status="descriptive: the notebook declared no test of the placebo", short=f"at {max(g['placebo'], key=lambda k: g['placebo'][k]['kl'])}: {short}",
+                    status="descriptive: the notebook declared no test of the placebo", short=short,
                     short_status="descriptive", row=None))
     cells = sorted((c["sc − mis"] for c in g["gap_against_kl"].values() if "sc − mis" in c), key=lambda c: c["kl"])
     out.append(dict(claim="SC's edge at the gradient grows with the mismatch (relative MSE gap SC − MIS against KL)",
