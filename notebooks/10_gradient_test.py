@@ -696,8 +696,8 @@ claims = (decide_family([dict(claim_row("primary", primary, "MIS"), family="prim
 for r in claims:
     print(f"{r['id']:8s} {r['name']:9s} one-sided p {p_text(r['p'])}, Holm p {p_text(r['p_holm'])} in its family: "
           f"{r['status']}" + ("" if r["status"] != "not decided" else
-                             f" ({r['seeds_at_stated_effect'][0]}-{r['seeds_at_stated_effect'][1]} batches would decide "
-                             f"it at the predicted gap)"))
+                             f" ({min(r['seeds_at_stated_effect'])}-{max(r['seeds_at_stated_effect'])} batches would "
+                             f"decide it at the predicted gap)"))
 
 # %% [markdown]
 # ## 6 · Bias² and variance in the primary cell (secondary), and the gap against KL (descriptive)

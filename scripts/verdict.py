@@ -6,9 +6,9 @@
 A collector and a renderer: the rule itself (docs/verdict.md, "The inference rule": the test a claim's wording needs,
 Holm within the family its notebook pre-registered, the status, the seeds that would decide it, pooling replicates
 with the heterogeneity test) is `scrl_min.stats`'. This file collects the rows: the notebooks that saved their claim
-rows (07, 13, 16) as saved; notebooks 02, 06 and 11 from their per-seed values, pooled over the replicates in
-figures/replicates/<cpu>/ (a seed is one unit); notebook 10's gradient tests from its statistic. It maps each row to
-the article's wording (the claims table) and renders the page, the README's front door and the deck's JSON.
+rows (07, 10, 13, 16) as saved; notebooks 02, 06 and 11 from their per-seed values, pooled over the replicates in
+figures/replicates/<cpu>/ (a seed is one unit); notebook 14's decision as it states it. It maps each row to the
+article's wording (the claims table) and renders the page, the README's front door and the deck's JSON.
 tests/test_verdict.py checks that the committed page and README are what this file makes.
 """
 from __future__ import annotations
@@ -239,11 +239,15 @@ def tested_rows() -> list:
     return page_holm(decide_families(out))
 
 
-def saved_rows(saved: list, source: str, family: str, setting) -> list:
+def saved_rows(saved: list, source: str, family: str, setting, par: dict) -> list:
     """A pre-registered notebook's claim rows as it saved them in its JSON (written by `scrl_min.test_family`: p,
     Holm p within the family, status; tests/test_stats_rule.py recomputes them from the per-seed values), as the
     page's rows: named by source, setting(row) and family, k = 1 (one run per seed and arm: nothing to pool), with
-    the seeds that would decide an undecided one (`with_seeds`)."""
+    the seeds that would decide an undecided one (`with_seeds`). Raises ValueError when a row's notebook used
+    another margin or α than the page's (its labels would be wrong)."""
+    if (par.get("margin", MARGIN), par.get("alpha", ALPHA)) != (MARGIN, ALPHA):
+        raise ValueError(f"notebook {source} tested at margin {par.get('margin')}, α {par.get('alpha')}; the page reads "
+                         f"margin {MARGIN}, α {ALPHA}")
     return with_seeds([dict(r, source=source, setting=setting(r), contrast=r["name"].split(": ")[-1], family=family,
                             kind=r["test"], k=1, kl=None, m=len(saved)) for r in saved])
 
@@ -264,7 +268,7 @@ def confirmatory_rows(fig: Path = FIG) -> list:
             par = d["parameters"]
             out += [dict(r, metric=label) for r in saved_rows(
                 [r for r in d["claims"] if r["family"] == key], "13", family + suffix,
-                lambda r: f"FP8 + σ {par['noise_std']:g}, raw, lr {par[lr_key]:g}, {label}")]
+                lambda r: f"FP8 + σ {par['noise_std']:g}, raw, lr {par[lr_key]:g}, {label}", par)]
     return out
 
 
@@ -280,7 +284,7 @@ def staleness_rows(fig: Path = FIG) -> list:
     return [r for (_, suffix, label), key in zip(METRICS, ("primary (auc)", "secondary: final reward"))
             for r in saved_rows(d["families"][key], "07", "07 P" + suffix, lambda r: (
                 f"{r['name'].split(':')[0]} schedule, staleness {', '.join(map(str, par['staleness']))}, "
-                f"{par['sampler_precision']} sampler, lr {par['lr']:g}, {label}"))]
+                f"{par['sampler_precision']} sampler, lr {par['lr']:g}, {label}"), par)]
 
 
 def regime_rows() -> list:
@@ -292,7 +296,7 @@ def regime_rows() -> list:
     fam = [r for r in g["claims"] if r["family"] == "primary (AUC)"]
     par = g["parameters"]
     return [dict(r, wording=REGIME_WORDING[r["id"]]) for r in saved_rows(fam, "16", "16", lambda r: (
-        f"{par['sampler_precision'].upper()} + σ {par['noise_std']:g}, group-centred, lr {par['lr']:g}, AUC"))]
+        f"{par['sampler_precision'].upper()} + σ {par['noise_std']:g}, group-centred, lr {par['lr']:g}, AUC"), par)]
 
 
 def slope_rows() -> list:
@@ -320,7 +324,7 @@ def gradient_rows(g) -> list:
     out = []
     for key, family, other, power_key, _ in GRADIENT_TESTS:
         label, c = (f"primary · SC − MIS, {p['primary_sampler']}, start", g["primary"]) if key == "primary" else sec[key]
-        out.append(dict(saved[key], key=key, label=label, family=family, kind="less", p_notebook=c["p"],
+        out.append(dict(saved[key], key=key, label=label, family=family, kind=saved[key]["test"], p_notebook=c["p"],
                         p_holm_notebook=c.get("p_holm"), rel_gap=c["rel_gap"], rel_ci95=c["rel_ci95"],
                         predicted=list(c["predicted_rel_gap"]), kl=c["kl"], decision=c.get("decision"),
                         power=g.get("prediction", {}).get("power", {}).get(power_key), robust=c.get("robust"),
@@ -587,17 +591,18 @@ def _placebo(g, key: str) -> tuple:
     """Notebook 10's placebo (A = 1) at its largest-KL sampler, per estimator ‖E ĝ(1)‖² / ‖g*‖² ± 95%, and for
     each estimator the samplers where its 95% interval excludes 0; key "placebo" (pre-registered) or
     "placebo_post_hoc" (further, independent batches per sampler, added after the run); (text, short: plain's and
-    SC's there). Each sampler's values are notebook 10's (its closing and JSON)."""
+    SC's there). Each sampler's values are in notebook 10's outputs and figures/10_placebo.json."""
     pl = sorted(g[key].items(), key=lambda kv: kv[1]["kl"])
     vals = [(name, P, {k.split(" · ")[0]: (v["value"], v["ci95"]) for k, v in P["stats"].items() if k.endswith("A = 1")})
             for name, P in pl]
     name, P, st = vals[-1]
+    counts = ", ".join(f"{n} ({x['n']} batches)" if n == "on-policy" else n for n, x, _ in vals)
     names = {e: {"sc": "SC"}.get(e, lab.split(" (")[0]) for e, lab in g["estimator_labels"].items()}
     excl = {e: [n for n, _, v in vals if e in v and abs(v[e][0]) > v[e][1]] for e in names if any(e in v for *_, v in vals)}
     none = [f"{names[e]}'s" for e, v in excl.items() if not v]
     some = [f"{names[e]}'s at {', '.join(v)}" for e, v in excl.items() if v]
     none_ = ", ".join(none[:-1]) + f" and {none[-1]}" if len(none) > 1 else "".join(none)
-    return (f"{len(vals)} samplers, {P['n']} batches each; at {name} (KL {P['kl']:.1e}): "
+    return (f"{counts}; at {name} (KL {P['kl']:.1e}, {P['n']} batches): "
             + ", ".join(f"{names[e]} {fmt(v, d=1)} ± {h:.1f}" for e, (v, h) in st.items())
             + "; the 95% interval excludes 0: " + "; ".join(some + ([f"{none_} at no sampler"] if none else [])),
             f"at {name}: plain {fmt(st['plain'][0], d=0)} ± {st['plain'][1]:.0f}, SC {fmt(st['sc'][0], d=0)} ± "
@@ -622,12 +627,12 @@ def gradient_claims(g, grs: list | None = None) -> list:
         number += f"; post hoc (not pre-registered), further independent batches: {more}"
         short += f"; post hoc {more_short}"
     out.append(dict(claim="Plain's update carries a drift that SC removes (placebo: A = 1, no signal)",
-                    where="10 · placebo (each sampler's values: notebook 10's closing)", number=number,
+                    where="10 · placebo (each sampler's values: notebook 10's section 7)", number=number,
                     status="descriptive: the notebook declared no test of the placebo", short=short,
                     short_status="descriptive", row=None))
     cells = sorted((c["sc − mis"] for c in g["gap_against_kl"].values() if "sc − mis" in c), key=lambda c: c["kl"])
     out.append(dict(claim="SC's edge at the gradient grows with the mismatch (relative MSE gap SC − MIS against KL)",
-                    where=f"10 · {len(cells)} cells at the start policy (each: notebook 10's closing)",
+                    where=f"10 · {len(cells)} cells at the start policy (each: notebook 10's section 6)",
                     number=f"(MSE_SC − MSE_MIS)/MSE_MIS from {_pct(cells[0]['rel_gap'])} ± "
                            f"{_pct(cells[0]['rel_ci95'], False)} at KL {cells[0]['kl']:.1e} to "
                            f"{_pct(cells[-1]['rel_gap'])} ± {_pct(cells[-1]['rel_ci95'], False)} at KL "
@@ -903,12 +908,14 @@ def forest_plot(rs: list, path: Path, fontsize: float = 8.5, width: float = 12) 
 
 def made() -> dict:
     """Everything generated, by block name, with the rows it reads: the page's blocks (PAGE_BLOCKS), the README's
-    (README_BLOCKS), and the rows themselves (`rows`: tested_rows(); `deck`: deck_data's)."""
+    (README_BLOCKS), the rows themselves (`rows`: tested_rows()) and what the deck reads (`deck`: figures/verdict.json:
+    the rows of the rule, each with its short status and Holm-level interval, the claims, notebook 16's rows and the
+    folders each replicated notebook pools)."""
     rs, slopes, c13, st07, regime = tested_rows(), slope_rows(), confirmatory_rows(), staleness_rows(), regime_rows()
     g = _load("10_gradient_test.json")
     cs = claims(rs, slopes, g, c13, st07)
     for r in (x for group in (rs, slopes, c13, st07) for x in group):  # the deck's: the short status, Holm's interval
-        r["short_status"] = short_status(r) if r.get("family") is not None else ""
+        r["short_status"] = short_status(r) if r.get("status") else ""
         r["holm_interval"] = list(holm_interval(r)) if r.get("family") is not None and "ci_holm" in r else None
     par16 = _load("16_grpo_regime.json", FIG) or {}
     deck = dict(alpha=ALPHA, margin=MARGIN, rows=rs, slopes=slopes, confirmatory=c13, staleness=st07, claims=cs,

@@ -287,14 +287,15 @@ def test_differences(hypotheses: list, margin: float = MARGIN, alpha: float = AL
 
 def describe_difference(d) -> dict:
     """A paired difference no claim reads (a descriptive row): d (n,) per seed, n ≥ 2. Returns mean, ci95 (the 95%
-    t half-width with scipy's exact quantile, not `mean_ci95`'s 3-decimal table: the verdict page's forest rows), sd, p (the two-sided paired t test, Student t with n − 1 df; with zero spread 0 or 1 by whether
-    the mean is 0), p_opposite None, wins (seeds with d > 0) and n. Raises ScrlError for fewer than 2 seeds."""
+    t half-width with scipy's exact quantile, as the verdict page's forest rows always had it; `test_differences`'
+    rows take `mean_ci95`'s 3-decimal t table up to 31 seeds, within 1e-4 of it), sd, p (the two-sided paired t
+    test, Student t with n − 1 df; with zero spread 0 or 1 by whether the mean is 0), p_opposite None, wins (seeds with d > 0) and n. Raises ScrlError for fewer than 2 seeds."""
     from scipy import stats
 
     d = np.asarray(d, dtype=float)
+    if len(d) < 2:
+        raise ScrlError(f"a paired difference needs at least 2 seeds, got {len(d)}")
     n, mean, sd = len(d), float(d.mean()), float(d.std(ddof=1))
-    if n < 2:
-        raise ScrlError(f"a paired difference needs at least 2 seeds, got {n}")
     se = sd / math.sqrt(n)
     half = stats.t.ppf(0.975, n - 1) * se
     t = mean / se if se > 0 else (math.copysign(math.inf, mean) if mean != 0 else 0.0)
@@ -312,6 +313,9 @@ def decide_family(rows: list, margin: float = MARGIN, alpha: float = ALPHA, stat
     row's stated effect is one) and seeds_to_decide, as `test_differences` documents them; returns rows."""
     if not rows:
         return rows
+    unknown = [r["test"] for r in rows if r["test"] not in CLAIM_STATUS]
+    if unknown:
+        raise ScrlError(f"decide_family decides claims with a test in {TESTS}; got {unknown}")
     ps = [r["p"] for r in rows]
     for i, (r, ph, po) in enumerate(zip(rows, holm(ps), holm([r["p_opposite"] for r in rows]))):
         h, level = _holm_step(ps, i, r["sd"], r["n"], alpha)
@@ -322,8 +326,8 @@ def decide_family(rows: list, margin: float = MARGIN, alpha: float = ALPHA, stat
                   else "not decided")
         r.update(p_holm=float(ph), p_opposite_holm=float(po), holm_level=float(level), ci_holm=h, status=status,
                  smallest_margin=float(max(abs(lo), abs(hi))),
-                 seeds_at_stated_effect=[seeds_to_decide(r["sd"], e, level, equivalence_margin=tost) for e in effect]
-                 if isinstance(effect, list) else seeds_to_decide(r["sd"], effect, level, equivalence_margin=tost),
+                 seeds_at_stated_effect=[seeds_to_decide(r["sd"], float(e), level, equivalence_margin=tost) for e in effect]
+                 if np.ndim(effect) else seeds_to_decide(r["sd"], effect, level, equivalence_margin=tost),
                  seeds_to_decide=seeds_to_decide(r["sd"], effect_beyond_null(r["mean"], r["test"], margin), level,
                                                  equivalence_margin=tost))
     return rows

@@ -1,4 +1,5 @@
-"""The inference rule (`scrl_min.stats`: paired_test, test_family, heterogeneity) against scipy's own tests, and
+"""The inference rule (`scrl_min.stats`: paired_test, test_family, decide_family, describe_difference,
+heterogeneity) against scipy's own tests and Holm by hand, and
 against every committed pre-registered family that stores its per-seed values: recomputed from those values
 alone (no rerun), each p, Holm p, Holm-level interval and status must equal the committed one to 1e-9."""
 import json
@@ -49,17 +50,25 @@ def test_a_descriptive_row_is_scipys_two_sided_test_with_the_exact_t_interval():
         describe_difference([0.1])
 
 
-def test_decide_family_is_test_differences_second_half():
-    """Rows whose p come from elsewhere (notebook 10's widened t test) get test_differences' Holm p, statuses and
-    counts: fed test_differences' own p, decide_family returns the same rows."""
-    from scrl_min.stats import decide_family, test_differences
+def test_decide_family_decides_rows_tested_elsewhere_and_counts_a_stated_range():
+    """Rows whose p come from another test (notebook 10's, widened by its reference's term): Holm by hand over the
+    given p, the status from the definition, and a row's own stated effect range counted at its Holm level against
+    the exact noncentral t (80% reached near n, not at n − 2); a test outside the claims' is refused."""
+    from scrl_min.stats import decide_family
 
-    rng = np.random.default_rng(5)
-    hyps = [("a", rng.normal(0.05, 0.1, 20), "greater"), ("b", rng.normal(0.0, 0.05, 20), "equivalent"),
-            ("c", rng.normal(-0.04, 0.1, 20), "less")]
-    want = test_differences(hyps)
-    got = decide_family([{k: r[k] for k in ("name", "test", "mean", "sd", "n", "p", "p_opposite")} for r in want])
-    assert got == [{k: r[k] for k in got[0]} for r in want]
+    p = [0.004, 0.03, 0.2]
+    rows = decide_family([dict(name=n, test="less", mean=-m, sd=1.3, n=100, p=q, p_opposite=1 - q,
+                               stated_effect=[0.3, 0.45]) for n, m, q in zip("abc", (0.4, 0.25, 0.1), p)])
+    assert [r["p_holm"] for r in rows] == pytest.approx([0.012, 0.06, 0.2], rel=1e-12)  # 3p, max(2p, 0.012), p
+    assert [r["status"] for r in rows] == ["reproduced", "not decided", "not decided"]
+    assert [r["holm_level"] for r in rows] == pytest.approx([0.05 / 3, 0.05 / 2, 0.05])
+    for r in rows:
+        assert len(r["seeds_at_stated_effect"]) == 2
+        for e, n in zip((0.3, 0.45), r["seeds_at_stated_effect"]):
+            power = [stats.nct.sf(stats.t.ppf(1 - r["holm_level"], k - 1), k - 1, e * np.sqrt(k) / 1.3) for k in (n - 2, n)]
+            assert power[0] < 0.8 and power[1] >= 0.78, (r["name"], e, n, power)  # the count's shifted-t power
+    with pytest.raises(scrl_min.ScrlError, match="decide_family decides claims"):
+        decide_family([dict(name="x", test="two-sided", mean=0.1, sd=1.0, n=10, p=0.1, p_opposite=0.9)])
 
 
 def test_family_statuses_by_brute_force_holm():
@@ -155,7 +164,8 @@ def test_contradicted_is_holm_controlled_over_the_opposite_tests():
 
 def test_notebook_07s_families_recompute_from_its_run_records():
     """Notebook 07's pre-registered families (SC + IS − IS per seed, the mean over its lags and IS kinds; one-sided
-    and non-inferiority per schedule) from the per-run values in its JSON alone: p, Holm p and status to 1e-9."""
+    and non-inferiority per schedule) from the per-run values in its JSON alone: p, Holm p, Holm level and interval
+    to 1e-9; status, wins and the seed counts the verdict prints exactly."""
     data = json.loads((REPO / "figures" / "07_staleness.json").read_text())
     par, runs = data["parameters"], data["runs"]
     pairs = [("sc_tis", "tis"), ("sc_mis", "mis")]
@@ -167,9 +177,10 @@ def test_notebook_07s_families_recompute_from_its_run_records():
             hyps += [(f"{sched}: SC + IS − IS", d, test) for test in ("greater", "noninferior")]
         rows = scrl_min.test_differences(hyps, margin=par["margin"], alpha=par["alpha"])
         for mine, theirs in zip(rows, data["families"][family], strict=True):
-            for k in ("mean", "p", "p_holm"):
+            for k in ("mean", "p", "p_holm", "p_opposite_holm", "holm_level", "ci_holm"):
                 assert mine[k] == pytest.approx(theirs[k], rel=1e-9, abs=1e-12), (family, mine["name"], k)
-            assert (mine["name"], mine["status"]) == (theirs["name"], theirs["status"])
+            for k in ("name", "status", "wins", "seeds_to_decide", "seeds_at_stated_effect"):
+                assert mine[k] == theirs[k], (family, mine["name"], k)
 
 
 def test_holm_interval_is_the_step_level_t_interval():

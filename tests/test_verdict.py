@@ -1,8 +1,9 @@
 """The verdict page follows from the committed JSON and its inference rule (docs/verdict.md, "The inference rule"):
-the page and the README's verdict blocks regenerate byte for byte; each piece of the rule (the test a wording
-needs, pooling replicates per seed, the heterogeneity test, Holm within a family, seeds needed, the status) agrees
-with an independent computation; a claim decided in its own family is not demoted by a page-wide one; and the
-numbers notebook 02's closing section quotes are the ones scripts/verdict.py computes."""
+the page and the README's verdict blocks regenerate byte for byte; the rows it pools (seeds as units across
+replicates, the heterogeneity test, Holm within each family, the seeds that would decide a row, the status) agree
+with scipy and Holm by hand (the rule's pieces themselves: tests/test_stats_rule.py); the rows notebooks saved are
+read as saved, each claim to its wording; a claim decided in its own family is not demoted by a page-wide one; and
+the numbers notebook 02's closing section quotes are the ones scripts/verdict.py computes."""
 import json
 import math
 import shutil
@@ -368,8 +369,6 @@ def test_the_length_drift_claim_reads_notebook_14s_decision():
 # ── notebook 13, the confirmatory run: its own families decide the headline claims ─────────────────────
 def _saved(values, hypotheses, ids=None):
     """Claim rows as a notebook saves them (scrl_min.test_family, with ids), per family key."""
-    import scrl_min
-
     rows = scrl_min.test_family(values, hypotheses)
     return rows if ids is None else [dict(r, id=i) for r, i in zip(rows, ids)]
 
@@ -413,8 +412,6 @@ def test_notebook_13s_saved_rows_decide_the_headline_claims(tmp_path):
 def test_notebook_07s_saved_families_give_the_staleness_claims(tmp_path):
     """P1-P4 as notebook 07 saved them (per schedule, one-sided then non-inferior), read into the claims table's four
     staleness rows with the secondary family beside them; the first design's JSON (no per-cell runs) gives none."""
-    import scrl_min
-
     rng = np.random.default_rng(7)
     fams = {key: [dict(r, name=f"{sched}: SC + IS − IS") for sched in ("refresh", "constant") for r in
                   scrl_min.test_differences([("x", rng.normal(0, 0.03, 10), t) for t in ("greater", "noninferior")])]
