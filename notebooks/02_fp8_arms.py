@@ -264,8 +264,9 @@ bx.set_yticks(range(len(contrasts["final"])), [r["name"] + ("\nHolm p " if r["p_
                                          + scrl_min.p_text(r["p_holm"]) for r in contrasts["final"]])
 bx.invert_yaxis()
 bx.set_xlabel("paired difference in final clean reward")
-bx.set_title("primary contrasts (blue: Holm p < 0.05)")
-fig.suptitle(f"{setting}, {advantage_mode} advantages: every seed")
+bx.set_title("primary contrasts, two-sided (blue: Holm p < 0.05)")
+fig.suptitle(f"{setting}, {advantage_mode} advantages: every seed of one CPU model's run (docs/verdict.md pools "
+             f"the CPU models' replicates, with each claim's own test)")
 fig.tight_layout()
 fig.savefig(fig_dir / "02_per_seed.png", dpi=110)
 plt.show()
@@ -297,14 +298,14 @@ print(f"saved {figures_dir}/02_fp8_arms.png, 02_per_seed.png and their .json")
 # > * Score centering recovers it: SC − plain +0.239 ± 0.045 (Holm p < 0.001), **reproduced**; the replicates
 # >   differ in size (heterogeneity p 0.023: flagged, not demoted).
 # > * SC matches or beats MIS and TIS (non-inferiority, margin −0.05): SC − MIS +0.015 ± 0.052 (Holm p 0.029) and
-# >   SC − TIS +0.005 ± 0.049 (Holm p 0.031), **non-inferior**.
+# >   SC − TIS +0.005 ± 0.049 (Holm p 0.031), **non-inferior at −0.05**.
 # > * SC + IS beats IS: SC+MIS − MIS −0.028 ± 0.051, not decided; the estimate lies below 0, so no number of seeds
 # >   would decide it.
 #
 # * **This run alone** agrees in sign on every row and is noisier (one CPU model's 12 runs per arm; the figures
-#   above are this run's, not the pooled rows). Plain ends at 0.095 ± 0.051, three of its runs collapsed (one
-#   template for every prompt), against none of SC's or the reference's; no paired exact test separates two arms'
-#   collapses.
+#   above are this run's, with this notebook's two-sided tests, not the pooled rows and their tests). Plain ends at
+#   0.095 ± 0.051, three of its runs collapsed (one template for every prompt), against none of SC's or the
+#   reference's; no paired exact test separates two arms' collapses.
 # * **Why this regime favours any correction**: raw rewards make E_q[A] as large as it can be, and the exact
 #   KL(q‖p) at the start is 1.5e-2 per token, about 11 times FP8 alone (the verdict page's ladder).
 # * **What decides these claims now** is notebook 13: 36 fresh seeds, pre-registered, a less noisy metric (the area
