@@ -693,11 +693,12 @@ def claim_row(key, c, other):
 claims = (decide_family([dict(claim_row("primary", primary, "MIS"), family="primary")])
           + decide_family([dict(claim_row(key, c, other), family="secondaries") for key, c, other
                            in zip(("S1", "S2", "S3"), secondary.values(), ("IS", "MIS", "MIS"))]))
-for r in claims:
+for r in claims:  # an undecided row's batch counts at the predicted gap's two ends, low to high (None: > 100,000)
+    counts = "-".join(f"{n:,}" if n else "more than 100,000"
+                      for n in sorted(r["seeds_at_stated_effect"], key=lambda n: n or math.inf))
     print(f"{r['id']:8s} {r['name']:9s} one-sided p {p_text(r['p'])}, Holm p {p_text(r['p_holm'])} in its family: "
           f"{r['status']}" + ("" if r["status"] != "not decided" else
-                             f" ({min(r['seeds_at_stated_effect'])}-{max(r['seeds_at_stated_effect'])} batches would "
-                             f"decide it at the predicted gap)"))
+                             f" ({counts} batches would decide it at the predicted gap)"))
 
 # %% [markdown]
 # ## 6 · Bias² and variance in the primary cell (secondary), and the gap against KL (descriptive)
