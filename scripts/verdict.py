@@ -621,7 +621,7 @@ def gradient_claims(g, grs: list | None = None) -> list:
                         status=status_text(r, "batches"), short=f"{_pct(r['rel_gap'])} ± {_pct(r['rel_ci95'], False)} "
                         f"of MSE_{r['other']} ({r['n']} batches)", short_status=short_status(r, "batches"), row=r))
     number, short = _placebo(g, "placebo")
-    number = f"pre-registered, ‖E ĝ(A = 1)‖² / ‖g*‖², 95% jackknife: {number}"
+    number = f"pre-registered as descriptive (no test), ‖E ĝ(A = 1)‖² / ‖g*‖² with 95% jackknife intervals; samplers: {number}"
     if g.get("placebo_post_hoc"):
         more, more_short = _placebo(g, "placebo_post_hoc")
         number += f"; post hoc (not pre-registered), further independent batches: {more}"
@@ -692,7 +692,8 @@ def readme_table(cs: list, regime: list) -> str:
     for c in cs:
         if c["claim"].startswith(README_CLAIMS):
             adv = "raw (SC) against group-centred" if "group baseline" in c["claim"] else "raw (A = r)"
-            lines.append(f"| {c['claim']} | {c['where'].split(' · ')[0]} | {adv} | {c['short']} | {c['short_status']} |")
+            claim = c["claim"].replace("… and costs IS nothing", "Centering costs IS nothing under staleness")
+            lines.append(f"| {claim} | {c['where'].split(' · ')[0]} | {adv} | {c['short']} | {c['short_status']} |")
     for r in (r for r in regime if r["id"] in README_REGIME):
         lines.append(f"| {r['wording']} | 16 | group-centred | {_pm(r)} AUC ({r['n']} fresh seeds) | {short_status(r)} |")
     return "\n".join(lines)
@@ -783,6 +784,7 @@ def recovery_text() -> str:
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
 # The article's regime (group-centred advantages): notebook 16's claim rows as it saved them, and the README's findings
 # ═════════════════════════════════════════════════════════════════════════════════════════════════
+PRIME = "'"  # notebook 16 writes G1′ as G1' in its ids
 REGIME_WORDING = {"G1": "A mismatched sampler costs GRPO (plain < bf16, both with group-centred advantages)",
                   "G1'": "… or costs it nothing worth a correction (plain and bf16 equivalent within ±0.05)",
                   "G2": "Score centering recovers it (SC > plain)",
@@ -817,17 +819,19 @@ def _centred_arms_13() -> dict:
 def regime_text(regime: list) -> str:
     """The verdict page's section on the article's regime: notebook 16's primary rows (`regime_rows`), then
     notebook 13's A7 with what it mixes."""
-    lines = ["| the article's claim, group-centred advantages | paired difference (AUC) | status |", "|---|---|---|"]
-    lines += [f"| {r['wording']} | {fmt(r['mean'])} ± {fmt(r['ci95'], False)} ({r['n']} seeds) | {short_status(r)} |"
+    lines = ["| id | the claim, group-centred advantages | paired difference (AUC) | test | Holm p (its opposite's) | "
+             "status |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['id'].replace(PRIME, '′')} | {r['wording']} | {fmt(r['mean'])} ± {fmt(r['ci95'], False)} ({r['n']} "
+              f"seeds) | {KINDS[r['kind']]} | {p_text(r['p_holm'])} ({p_text(r['p_opposite_holm'])}) | {short_status(r)} |"
               for r in regime]
     c = _centred_arms_13()
     a7, ex, d = c["a7"], c["sc_added"], c["d"]
     return "\n".join(lines + [
-        "", f"Notebook 13's row A7 (SC − baseline {fmt(a7['mean'])} ± {fmt(a7['ci95'], False)} AUC, {a7['status']}) "
+        "", f"The claims table's group-baseline row (notebook 13's A7: SC − baseline {fmt(a7['mean'])} ± {fmt(a7['ci95'], False)} AUC, {a7['status']}) "
             f"mixes two things: its `baseline` arm has group-centred advantages on the mismatched sampler, and it beats "
             f"even the no-mismatch reference with raw rewards (baseline − bf16 {fmt(d[0])} ± {fmt(d[1], False)}, {d[2]} "
             f"seeds, descriptive), so most of A7 is the baseline's variance reduction, not the drift."
-            + (f" SC added to the group baseline (its exploratory row) gives sc_baseline − baseline {fmt(ex['mean'])} ± "
+            + (f" SC added to the group baseline (notebook 13's exploratory row) gives sc_baseline − baseline {fmt(ex['mean'])} ± "
                f"{fmt(ex['ci95'], False)}: {ex['status']}" + (f" ({ex['seeds_at_stated_effect']} seeds would decide it at a "
                f"{MARGIN:g} effect)" if ex["status"] == "not decided" else "") + "." if ex else "")])
 

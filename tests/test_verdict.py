@@ -471,8 +471,11 @@ def test_the_regime_section_collects_notebook_16s_claim_rows(tmp_path, monkeypat
     assert [(r["id"], r["p_holm"], r["status"]) for r in regime] == [(r["id"], r["p_holm"], r["status"]) for r in rows]
     text = verdict.regime_text(regime)
     for r in regime:
-        line = next(x for x in text.splitlines() if x.startswith(f"| {verdict.REGIME_WORDING[r['id']]} |"))
-        assert line.endswith(f"{r['mean']:+.3f} ± {r['ci95']:.3f} (40 seeds) | {verdict.short_status(r)} |")
+        line = next(x for x in text.splitlines() if f"| {verdict.REGIME_WORDING[r['id']]} |" in x)
+        assert line.startswith(f"| {r['id'].replace(verdict.PRIME, '′')} |")
+        assert line.endswith(f"{r['mean']:+.3f} ± {r['ci95']:.3f} (40 seeds) | {verdict.KINDS[r['test']]} | "
+                             f"{verdict.p_text(r['p_holm'])} ({verdict.p_text(r['p_opposite_holm'])}) | "
+                             f"{verdict.short_status(r)} |")
     by = {r["id"]: r for r in rows}
     assert by["G1'"]["status"] == "equivalent within ±0.05" and by["G1"]["status"] == "not decided"
     with pytest.raises(ValueError, match="G1 is now 'not decided'.*REGIME_SENTENCES"):
