@@ -429,11 +429,11 @@ print(f"saved {figures_dir}/16_grpo_regime.png and .json")
 #
 # > * G1, a mismatched sampler costs GRPO: plain − bf16 +0.075 ± 0.030, **contradicted**: the mismatched sampler
 # >   trains *better* than the reference.
-# > * G1′, no cost worth a correction: not decided (its estimate lies outside ±0.05).
+# > * G1′, no cost worth a correction: not decided (estimate outside ±0.05).
 # > * G2, score centering recovers it: SC − plain −0.037 ± 0.027, **contradicted**.
-# > * G3 and G3′, SC matches MIS: SC − MIS −0.006 ± 0.034, **equivalent within ±0.05** and **non-inferior**.
+# > * G3 and G3′, SC matches MIS: SC − MIS −0.006 ± 0.034, **equivalent within ±0.05** and **non-inferior at −0.05**.
 # > * G4, MIS trains worse than plain (the pilot's prediction): MIS − plain −0.031 ± 0.031, not decided (its 85
-# >   seeds had 80% power at a 0.05 effect; the 95% interval still reaches −0.05).
+# >   seeds had 80% power at a 0.05 effect beyond 0; 95% interval [−0.063, +0.000]).
 #
 # * **Expected and observed.** G3, G3′ and G4 got the statuses written before the run (G3's estimate, −0.006, lies
 #   just below the expected 0 to +0.03). G1′ was expected equivalent and G1 and G2 not decided; instead G1 and G2

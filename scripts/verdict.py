@@ -384,7 +384,7 @@ def _powered(r, unit="seeds") -> str:
 def _seeds_text(r, unit="seeds") -> str:
     """The not-decided reason: where the estimate lies, and the seeds that would decide the row at its stated
     effect (`with_seeds`)."""
-    n, sd = _count(r["seeds"]), f"sd over {unit} {r['sd']:.3f}"
+    n, sd = _count(r["seeds"]), f"sd over {unit} {r['sd']:.3f}" + (" ‖g*‖²" if unit == "batches" else "")
     at = f"(80% power at its Holm level {r['seeds']['level']:.3g}, {sd})"
     if n is None:
         return f"no number of {unit} at this estimate (it lies {_wrong_side(r)}; {sd})"
