@@ -123,7 +123,7 @@ def with_seeds(rs: list) -> list:
 
 def holm_interval(r: dict) -> tuple:
     """A tested row's Holm-level interval (lower, upper, a): mean ± its ci_holm at its Holm level (the deck's;
-    `scrl_min.stats.holm_interval`). Raises ValueError for a row with no Holm step of the page's (descriptive, or its
+    `scrl_min.decide_family`'s ci_holm and holm_level). Raises ValueError for a row with no Holm step of the page's (descriptive, or its
     Holm p given by its notebook)."""
     if r.get("family") is None or "p_holm_given" in r or "ci_holm" not in r:
         raise ValueError(f"{r.get('contrast')!r} has no Holm step of this page's: family {r.get('family')!r}")

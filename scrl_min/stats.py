@@ -5,8 +5,10 @@ deck compute from the metrics records of finished runs. Nothing here trains; the
 Reading order: `mean_ci95` (a mean over seeds with its 95% t interval) · `eval_curve`,
 `moving_average` (curves of one run) · `final_reward`, `curve_auc`, `collapsed` (one number per run) ·
 `p_text`, `holm`, `paired_contrasts`, `mcnemar_exact` (arms compared over paired seeds) · the inference rule of
-the pre-registered notebooks: `paired_test`, `seeds_to_decide`, `test_family` (`test_differences`), `heterogeneity`, and for designs rerun
-on other CPU models `pool_replicates`, `replicate_heterogeneity` · `holm_interval` · `ARM_COLORS`,
+the pre-registered notebooks: `paired_test`, `seeds_to_decide`, `effect_beyond_null`, `wins`, `test_family`
+(`test_differences`, `decide_family`: Holm, its level and interval, the statuses), `describe_difference` (a row no
+claim reads), `heterogeneity`, and for designs rerun on other CPU models `pool_replicates`,
+`replicate_heterogeneity` · `ARM_COLORS`,
 `band_plot`, `forest_plot`, `per_seed_plot`, `check_layout` (figures fit for a slide).
 """
 from __future__ import annotations
@@ -289,7 +291,8 @@ def describe_difference(d) -> dict:
     """A paired difference no claim reads (a descriptive row): d (n,) per seed, n ≥ 2. Returns mean, ci95 (the 95%
     t half-width with scipy's exact quantile, as the verdict page's forest rows always had it; `test_differences`'
     rows take `mean_ci95`'s 3-decimal t table up to 31 seeds, within 1e-4 of it), sd, p (the two-sided paired t
-    test, Student t with n − 1 df; with zero spread 0 or 1 by whether the mean is 0), p_opposite None, wins (seeds with d > 0) and n. Raises ScrlError for fewer than 2 seeds."""
+    test, Student t with n − 1 df; with zero spread 0 or 1 by whether the mean is 0), p_opposite None, wins (seeds
+    with d > 0) and n. Raises ScrlError for fewer than 2 seeds."""
     from scipy import stats
 
     d = np.asarray(d, dtype=float)
@@ -393,18 +396,11 @@ def replicate_heterogeneity(replicates) -> float | None:
     return float(stats.f.sf((ss_rep / (k - 1)) / (ss_err / ((k - 1) * (n - 1))), k - 1, (k - 1) * (n - 1)))
 
 
-def holm_interval(p: list, i: int, mean: float, sd: float, n: int, alpha: float = ALPHA) -> tuple:
-    """The Holm-level interval of hypothesis i of a family whose one-sided (or TOST) p values are `p` (m,): the
-    (1 − 2a) two-sided t interval mean ± t_{1−a, n−1} sd/√n at a = α/(m − k), k the 0-based rank of p[i] (ties in
-    the given order), the level at which Holm's step k tests it; its end on the claim's side clears 0 (or the
-    margin) exactly when that step rejects. Returns (lower, upper, a). `test_differences`' ci_holm is its
-    half-width."""
-    h, a = _holm_step(p, i, sd, n, alpha)
-    return mean - h, mean + h, a
-
-
 def _holm_step(p: list, i: int, sd: float, n: int, alpha: float) -> tuple:
-    """(half-width t_{1−a, n−1} sd/√n, level a = α/(m − k)) of hypothesis i at its Holm step k (`holm_interval`)."""
+    """The Holm level of hypothesis i of a family whose one-sided (or TOST) p values are `p` (m,), and the half-width
+    of its Holm-level interval: (t_{1−a, n−1} sd/√n, a = α/(m − k)), k the 0-based rank of p[i] (ties in the given
+    order), the level at which Holm's step k tests it. The (1 − 2a) interval mean ± that half-width clears 0 (or the
+    margin) on the claim's side exactly when that step rejects: `decide_family`'s holm_level and ci_holm."""
     from scipy import stats
     k = int(np.argsort(np.argsort(p, kind="stable"), kind="stable")[i])
     a = alpha / (len(p) - k)

@@ -184,21 +184,26 @@ def test_notebook_07s_families_recompute_from_its_run_records():
 
 
 def test_holm_interval_is_the_step_level_t_interval():
-    """scrl_min.stats.holm_interval: hypothesis i, ranked k-th by p (ties in the given order), is tested at
-    a = α/(m − k); its interval is mean ± t_{1−a, n−1} sd/√n, so its upper end is below 0 exactly when scipy's
+    """decide_family's Holm level and interval: hypothesis i, ranked k-th by p (ties in the given order), is tested
+    at a = α/(m − k); its interval is mean ± t_{1−a, n−1} sd/√n, so its upper end is below 0 exactly when scipy's
     one-sided test of mean < 0 has p < a."""
-    from scrl_min.stats import holm_interval
+    from scrl_min.stats import decide_family
+
+    def rows(p, xs):
+        return decide_family([dict(name=str(i), test="less", mean=float(np.mean(x)), sd=float(np.std(x, ddof=1)),
+                                   n=len(x), p=q, p_opposite=1 - q) for i, (q, x) in enumerate(zip(p, xs))])
 
     rng = np.random.default_rng(7)
     d = [rng.normal(mu, 0.2, 12) for mu in (-0.15, -0.02, -0.3, 0.05)]
     p = [stats.ttest_1samp(x, 0.0, alternative="less").pvalue for x in d]
     ranks = [sorted(range(4), key=lambda j: (p[j], j)).index(i) for i in range(4)]
-    for i, x in enumerate(d):
-        lo, hi, a = holm_interval(p, i, x.mean(), x.std(ddof=1), len(x))
+    for i, (x, r) in enumerate(zip(d, rows(p, d))):
+        a, hi = r["holm_level"], r["mean"] + r["ci_holm"]
         assert a == pytest.approx(0.05 / (4 - ranks[i]))
         assert hi - x.mean() == pytest.approx(stats.t.ppf(1 - a, 11) * x.std(ddof=1) / np.sqrt(12), rel=1e-12)
         assert (hi < 0) == (p[i] < a)
-    assert holm_interval([0.01, 0.01], 1, 0.0, 1.0, 5)[2] == pytest.approx(0.05)  # a tie: the later one steps second
+    tie = rows([0.01, 0.01], [rng.normal(0, 1, 5)] * 2)
+    assert tie[1]["holm_level"] == pytest.approx(0.05)  # a tie: the later one steps second
 
 
 def test_replicates_pool_by_seed_and_their_heterogeneity_is_the_paired_test():
