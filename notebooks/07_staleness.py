@@ -451,7 +451,7 @@ print(f"saved {figures_dir}/07_staleness.png and {figures_dir}/07_staleness.json
 # > * P1, P3, centering helps IS under staleness: −0.011 ± 0.026 under the paper's refresh schedule, −0.012 ± 0.017
 # >   under a constant lag: not decided, the means on the wrong side of 0. **The paper's claim is not reproduced
 # >   here.**
-# > * P2, P4, centering costs IS nothing (non-inferior at the margin −0.05): **non-inferior** under both
+# > * P2, P4, centering costs IS nothing: **non-inferior at −0.05** under both
 # >   (Holm p 0.012 and 0.001), as the pre-registration expected.
 #
 # * **The secondary (final clean reward)** decides nothing.
