@@ -818,7 +818,7 @@ print(f"saved {figures_dir}/13_gentle_optimizer.png and .json")
 #   expected (the final reward's per-seed spread is about twice the AUC's).
 # * **How close SC comes to the reference** (exploratory, added after the run: the section before figure A). On the
 #   AUC, SC recovers 84% [74%, 94%] of plain's cost; SC − bf16 is −0.033 ± 0.023, not decided within ±0.05, while
-#   TIS − bf16 (−0.021 ± 0.026) is equivalent within ±0.05 and MIS − bf16 (−0.024 ± 0.028) is not decided.
+#   TIS − bf16 is equivalent to the reference and MIS − bf16 is not decided (the verdict page's recovery table).
 # * **Collapse does not carry the effect**: plain collapsed in 15 of 36 runs, the baseline in none; on the seeds
 #   where neither run of a pair collapsed the cost and the recovery keep their size.
 # * **What it means.** On fresh seeds, pre-registered, the headline holds: the mismatch costs plain about 0.2

@@ -486,8 +486,8 @@ if st07:  # the redesign: SC + IS − IS per seed, the mean over lags and IS kin
 else:
     stale_text = ("Staleness (notebook 07): its first design's 3 seeds on one CPU model (its pre-registered redesign "
                   "has not finished), exploratory.")
-display(Markdown(stale_text + " Length (14): the drift alone; its sign follows each seed's noise draw, and SC "
-                 "leaves about a seventh of plain's (exploratory). Every interval and p: `docs/verdict.md`."))
+display(Markdown(stale_text + " Length (14): the drift alone; plain's push took both signs, SC leaves "
+                 "about a seventh of it (exploratory). Every interval and p: `docs/verdict.md`."))
 
 # %% [markdown] tags=["slide"]
 # ## What this does not show

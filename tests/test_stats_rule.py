@@ -183,6 +183,61 @@ def test_notebook_07s_families_recompute_from_its_run_records():
                 assert mine[k] == theirs[k], (family, mine["name"], k)
 
 
+def test_notebook_13s_recovery_recomputes_from_its_per_seed_values():
+    """Notebook 13's recovery table (exploratory, saved as "recovery"), from family A's per-seed values alone: each
+    correction's x − bf16 mean, its TOST p (scipy's two one-sided t tests) and Holm over the three; SC's share of
+    the cost and its delta-method interval with numpy; the baseline's AUC against bf16."""
+    data = json.loads((REPO / "figures" / "13_confirmatory.json").read_text())
+    margin = data["parameters"]["margin"]
+    for label, key in (("AUC (primary)", "auc_per_seed"), ("final clean reward (secondary)", "final_per_seed")):
+        v = {a: np.asarray(x[key], float) for a, x in data["per_arm"].items()}
+        saved = data["recovery"][label]
+        ps = []
+        for r, x in zip(saved["to_reference"], ("sc", "tis", "mis"), strict=True):
+            d = v[x] - v["bf16"]
+            ps.append(max(stats.ttest_1samp(d, -margin, alternative="greater").pvalue,
+                          stats.ttest_1samp(d, margin, alternative="less").pvalue))
+            assert (r["name"], r["mean"]) == (f"{x} − bf16", pytest.approx(d.mean(), rel=1e-12))
+        order = np.argsort(ps)
+        holm = np.maximum.accumulate([min(1.0, (len(ps) - k) * ps[i]) for k, i in enumerate(order)])
+        for k, i in enumerate(order):
+            assert saved["to_reference"][i]["p_holm"] == pytest.approx(holm[k], rel=1e-9)
+            assert saved["to_reference"][i]["status"].startswith("equivalent") == (holm[k] < 0.05)
+            n = len(d)
+            assert r["ci95"] == pytest.approx(stats.t.ppf(0.975, n - 1) * d.std(ddof=1) / np.sqrt(n), rel=5e-4)
+        rec, cost = v["sc"] - v["plain"], v["bf16"] - v["plain"]
+        share = rec.sum() / cost.sum()
+        (s_rr, s_rc), (_, s_cc) = np.cov(rec, cost)  # delta method for a ratio of means: var ≈ (s_rr − 2R s_rc + R² s_cc) / n c̄²
+        half = stats.t.ppf(0.975, n - 1) * np.sqrt((s_rr - 2 * share * s_rc + share ** 2 * s_cc) / n) / cost.mean()
+        assert saved["sc_share"]["value"] == pytest.approx(share, rel=1e-12)
+        assert saved["sc_share"]["ci95"] == pytest.approx(half, rel=1e-9)
+    d = np.asarray(data["per_arm"]["baseline"]["auc_per_seed"]) - np.asarray(data["per_arm"]["bf16"]["auc_per_seed"])
+    base = data["recovery"]["baseline − bf16 (AUC)"]
+    assert (base["mean"], base["n"]) == (pytest.approx(d.mean(), rel=1e-12), len(d))
+    assert base["ci95"] == pytest.approx(stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d)), rel=5e-4)
+
+
+def test_notebook_14s_claim_row_recomputes_from_its_per_seed_values():
+    """Notebook 14's C7 row (the drift iterated, plain − SC > 0 in Δ log p(EOS)), from its per-arm changes alone:
+    scipy's one-sided t test and its opposite, a family of one; its reading (whether plain's push took both signs,
+    SC's share of plain's |Δ|, the seeds where SC's is smaller) with numpy."""
+    data = json.loads((REPO / "figures" / "14_length_drift_iterated.json").read_text())
+    plain, sc = (np.asarray(data["per_arm"][a]["d_logp_eos_per_seed"]) for a in ("plain", "sc"))
+    (r,) = data["claims"]
+    d = plain - sc
+    assert (r["id"], r["test"], r["n"]) == ("C7", "greater", len(d))
+    assert r["mean"] == pytest.approx(d.mean(), rel=1e-12)
+    assert r["p_holm"] == r["p"] == pytest.approx(stats.ttest_1samp(d, 0, alternative="greater").pvalue, rel=1e-9)
+    assert r["p_opposite_holm"] == pytest.approx(stats.ttest_1samp(d, 0, alternative="less").pvalue, rel=1e-9)
+    assert r["status"] == ("reproduced" if r["p"] < 0.05 else "contradicted" if r["p_opposite"] < 0.05 else "not decided")
+    delta = data["prediction"]["delta"]  # the claim's direction is the prediction's, and its count is at that effect
+    assert delta > 0 and r["seeds_at_stated_effect"] == scrl_min.seeds_to_decide(d.std(ddof=1), delta, 0.05)
+    rd = r["reading"]
+    assert rd["plain_takes_both_signs"] == bool(plain.min() < 0 < plain.max())
+    assert rd["sc_share"] == pytest.approx(np.abs(sc).sum() / np.abs(plain).sum(), rel=1e-12)
+    assert rd["sc_smaller"] == int(np.sum(np.abs(sc) < np.abs(plain)))
+
+
 def test_holm_interval_is_the_step_level_t_interval():
     """decide_family's Holm level and interval: hypothesis i, ranked k-th by p (ties in the given order), is tested
     at a = α/(m − k); its interval is mean ± t_{1−a, n−1} sd/√n, so its upper end is below 0 exactly when scipy's

@@ -346,23 +346,34 @@ def test_what_this_does_not_show_names_the_setting_that_ran():
         assert s in section, s
 
 
-def test_the_length_drift_claim_reads_notebook_14s_decision():
-    """C7's row carries notebook 14's own status from its second design (the drift iterated), with the first
-    design's noted; where plain's push takes either sign across seeds, no signed decision and SC's share instead."""
+def test_the_length_drift_claim_reads_notebook_14s_saved_row():
+    """C7's row is notebook 14's saved claim row from its second design (the drift iterated, `test_differences`),
+    written as every claim row is (its test, p, the seeds that would decide it at the predicted effect, where its
+    estimate lies), with the first design's status noted; where plain's push took both signs over the seeds, the
+    status adds that and SC's share of plain's push (exploratory)."""
     base = dict(primary=dict(mean=0.3, ci95=2.9, n=3, status="not decided: x", paired_runs_run=False, seeds_needed=979))
+    reading = dict(plain_range=[0.2, 0.4], plain_takes_both_signs=False, sc_share=0.1, sc_smaller=8)
+    d = [0.14, 0.16, 0.15, 0.13, 0.17, 0.15, 0.14, 0.16]
+    row = dict(scrl_min.test_differences([("plain − sc", d, "greater")], stated_effect=0.124)[0], id="C7",
+               reading=reading)
     it = dict(parameters=dict(sampler_format="fp8", sampler_noise=0.1, lr=0.5, mean_advantage=0.15, steps=60),
-              prediction=dict(delta=0.124, no_drift_half_band=0.062),
-              primary=dict(mean=0.15, ci95=0.02, n=8, status="reproduced"))
-    both = verdict.length_drift_claim(base, it)
-    assert both["status"] == both["short_status"] == "reproduced" and "8 seeds" in both["number"]
-    assert "iterated" in both["where"] and "not decided: x" in both["number"]
-    # plain's push of either sign across seeds (its sign follows the noise draw): no signed decision, SC's share
-    mixed = verdict.length_drift_claim(None, {**it, "primary": dict(
-        mean=-0.2, ci95=0.5, n=3, status="not decided (66 seeds would decide it at the observed sd)"),
-        "per_arm": {"plain": {"d_logp_eos_per_seed": [0.8, -0.4, -1.2]}, "sc": {"d_logp_eos_per_seed": [0.1, 0.1, -0.2]}}})
-    assert "cannot decide a signed claim" in mixed["status"] and "66 seeds" not in mixed["status"]
-    assert "SC's |Δ log p(EOS)| is 16.7% of plain's, smaller at 3 of 3 seeds" in mixed["status"]  # 0.4 / 2.4
-    assert mixed["short_status"] == "not decided (its sign follows the noise draw); SC leaves 16.7% of plain's, exploratory"
+              prediction=dict(delta=0.124, no_drift_half_band=0.062), claims=[row])
+    done = verdict.length_drift_claim(base, it)
+    assert done["status"] == done["short_status"] == "**reproduced**" and "(8 seeds; 8/8 above 0)" in done["number"]
+    assert "iterated" in done["where"] and "not decided: x" in done["number"] and "one-sided (> 0) p" in done["number"]
+    # undecided, on the wrong side of 0: the rule's count at the predicted effect, the side named
+    wrong = scrl_min.test_differences([("plain − sc", [0.4, -0.5, -0.6, -0.1], "greater")], stated_effect=0.124)[0]
+    one_sign = verdict.length_drift_claim(None, {**it, "claims": [dict(wrong, reading=reading)]})
+    n = scrl_min.seeds_to_decide(wrong["sd"], 0.124, 0.05)
+    assert one_sign["status"].startswith(f"not decided: its estimate lies on the wrong side of 0; {n:,} seeds would "
+                                         f"decide it at the predicted +0.124 nats (80% power at its Holm level 0.05")
+    assert one_sign["short_status"] == "not decided (estimate on the wrong side of 0)"
+    # plain's push of either sign across seeds: the same status, then that reading and SC's share (exploratory)
+    both = dict(reading, plain_range=[-1.2, 0.8], plain_takes_both_signs=True, sc_share=1 / 6, sc_smaller=3)
+    text = verdict.length_drift_claim(None, {**it, "claims": [dict(wrong, reading=both)]})
+    assert text["status"].startswith(one_sign["status"] + " · plain's push took both signs over the seeds (-1.20 to +0.80")
+    assert text["status"].endswith("SC's |Δ log p(EOS)| is 16.7% of plain's, smaller at 3 of 4 seeds")
+    assert text["short_status"] == "not decided (wrong side of 0); SC leaves 16.7% of plain's push, of either sign (exploratory)"
     assert "drifts the completion length" in verdict.claims_table(verdict.claims())
 
 
@@ -521,3 +532,29 @@ def test_an_undecided_row_says_where_it_lies_or_that_it_was_powered():
     assert "seeds would decide it at a 0.05 effect beyond 0" in texts["short"]
     n = rows[2]["seeds"]["n"][0]
     assert n == scrl_min.seeds_to_decide(rows[2]["sd"], 0.05, rows[2]["seeds"]["level"]) and n > 5
+
+
+def test_the_placebo_row_names_each_sampler_and_its_batches(made):
+    """The placebo row lists every sampler of notebook 10's placebo, the on-policy one with its own batch count, and
+    quotes the largest-KL sampler with its batches and each estimator whose interval excludes 0 (recomputed here)."""
+    _, m = made
+    g = json.loads((verdict.FIG / "10_gradient_test.json").read_text())
+    row = next(c for c in m["deck"]["claims"] if c["claim"].startswith("Plain's update carries a drift"))
+    by_kl = sorted(g["placebo"].items(), key=lambda kv: kv[1]["kl"])
+    listed = ", ".join(f"{n} ({p['n']} batches)" if n == "on-policy" else n for n, p in by_kl)
+    assert f"samplers: {listed}; " in row["number"]
+    name, top = by_kl[-1]
+    assert f"at {name} (KL {top['kl']:.1e}, {top['n']} batches): " in row["number"]
+    plain = top["stats"]["plain · A = 1"]
+    excludes = abs(plain["value"]) > plain["ci95"]
+    assert (f"plain's at {name}" in row["number"]) == excludes
+
+
+def test_a_row_without_a_status_has_no_short_status(made):
+    """Described rows (notebook 06's map cells, rows no claim reads) carry an empty status and an empty short
+    status in figures/verdict.json, and no empty bold marker reaches the page, the README or the deck's JSON."""
+    _, m = made
+    for r in m["deck"]["rows"]:
+        assert bool(r["status"]) == bool(r["short_status"]), (r["source"], r["setting"], r["contrast"])
+    for text in (verdict.PAGE.read_text(), verdict.README.read_text(), json.dumps(m["deck"], ensure_ascii=False)):
+        assert "****" not in text
