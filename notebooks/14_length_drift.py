@@ -709,6 +709,10 @@ print(f"wrote {figures_dir}/14_length_drift_iterated.{{png,json}}")
 # > nats), so this test reads the sign of an average over noise draws, not one sampler's drift; exploratory: SC's
 # > |Δ log p(EOS)| is 13.5% of plain's, smaller at 8 of 8 seeds.
 #
+# The primary printed above and the figure's title give this notebook's declared rule (two-sided, 95%), with its
+# count at the observed sd and mean (66 seeds): a count for an effect of the estimate's own size, which here lies on
+# the wrong side of 0. The verdict page's rule counts at the predicted effect instead (221 seeds, the row above).
+#
 # * **The first design could not decide it.** Under a constant reward every update raises the log-probability of
 #   whatever was sampled, and the runs' lengths wander to an end of the range whether or not there is a mismatch:
 #   over 60 steps the mean log p(EOS) moved by about a nat either way, ten times the predicted drift, and the

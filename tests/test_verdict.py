@@ -373,7 +373,8 @@ def test_the_length_drift_claim_reads_notebook_14s_saved_row():
     text = verdict.length_drift_claim(None, {**it, "claims": [dict(wrong, reading=both)]})
     assert text["status"].startswith(one_sign["status"] + " · plain's push took both signs over the seeds (-1.20 to +0.80")
     assert text["status"].endswith("SC's |Δ log p(EOS)| is 16.7% of plain's, smaller at 3 of 4 seeds")
-    assert text["short_status"] == "not decided (wrong side of 0); SC leaves 16.7% of plain's push, of either sign (exploratory)"
+    assert text["short_status"] == (one_sign["short_status"] + "; plain's push took both signs; SC's |Δ| is 16.7% of "
+                                    "plain's (exploratory)")
     assert "drifts the completion length" in verdict.claims_table(verdict.claims())
 
 
