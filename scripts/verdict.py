@@ -103,14 +103,16 @@ def decide_families(rs: list) -> list:
 def with_seeds(rs: list) -> list:
     """Adds seeds to each row of `rs` (None unless undecided): the seeds (batches, for notebook 10) that would decide
     it at 80% power at its Holm level, with its per-seed sd, at its stated effect: `stated_effect` (notebook 10's
-    predicted gap, a range) where it has one; the observed mean for notebook 11's slopes, which declared no effect
+    predicted gap, a range; notebook 14's predicted plain − SC) where it has one, labelled by its `effect_label`; the
+    observed mean for notebook 11's slopes, which declared no effect
     (optimistic); else the margin beyond the null's edge (a true mean of 0 for an equivalence row:
     `seeds_at_stated_effect`). {n: [counts, None where none reaches the power], label, level}. Returns rs."""
     for r in rs:
         if r.get("status") != "not decided":
             r["seeds"] = None
-        elif "effect_label" in r:  # notebook 10's: its counts at the predicted gap, a range
-            r["seeds"] = dict(n=r["seeds_at_stated_effect"], label=r["effect_label"], level=r["holm_level"])
+        elif "effect_label" in r:  # a row's own stated effect: notebook 10's predicted gap (a range), 14's prediction
+            n = r["seeds_at_stated_effect"]
+            r["seeds"] = dict(n=n if isinstance(n, list) else [n], label=r["effect_label"], level=r["holm_level"])
         elif r["family"].startswith("11 slopes"):
             r["seeds"] = dict(n=[r["seeds_to_decide"]], level=r["holm_level"],
                               label=f"if the true slope were the observed {fmt(r['mean'])}, no effect having been declared")
@@ -543,9 +545,8 @@ def length_drift_claim(ld, iterated) -> dict:
     over the seeds, the status says so (the test then reads the sign of an average over noise draws, not one
     sampler's drift) and gives its exploratory reading: SC's share of plain's |Δ log p(EOS)|."""
     pred, par, rd = iterated["prediction"], iterated["parameters"], iterated["claims"][0]["reading"]
-    r = dict(iterated["claims"][0], family="14", kind=iterated["claims"][0]["test"], k=1)
-    r["seeds"] = None if r["status"] != "not decided" else dict(
-        n=[r["seeds_at_stated_effect"]], level=r["holm_level"], label=f"at the predicted {fmt(pred['delta'])} nats")
+    (r,) = saved_rows([dict(iterated["claims"][0], effect_label=f"at the predicted {fmt(pred['delta'])} nats")], "14",
+                      "14", lambda r: "the drift iterated", par)
     first = "" if not ld else f"; the first design (sampled training runs): {ld['primary'].get('status', '–')}"
     out = dict(claim="A mismatched sampler drifts the completion length, and SC removes it (plain − SC in Δ log "
                      "p(EOS))", row=None, status=status_text(r), short_status=short_status(r),
@@ -650,8 +651,10 @@ def gradient_text(g) -> str:
     """The gradient section's generated part (its tests are the claims table's rows): bias² and variance behind the
     primary's gap, descriptive, from figures/10_gradient_test.json."""
     p, bv, pr = g["parameters"], g["bias_variance"], g["primary"]
-    # the jackknife standard errors of the bias² differences, from the notebook's batches for 0.01 (1/√n scaling)
-    se = {k: 0.01 * (b / pr["n"]) ** 0.5 for k, b in g["bias2_batches_to_resolve"].items()}
+    from scipy import stats
+
+    # the bias² differences' standard errors: their jackknife half-widths over the t quantile (groups − 1 df)
+    se = {k: bv[f"Δbias2 · {k}"]["ci95"] / stats.t.ppf(0.975, p["groups"] - 1) for k in ("sc − mis", "sc − is")}
 
     def jk(key, d=2, signed=True):
         return f"{fmt(bv[key]['value'], signed, d)} ± {bv[key]['ci95']:.{d}f}"
