@@ -88,29 +88,31 @@ def test_deck_builds_offline_with_the_verdicts_numbers(built_deck):
     assert not local_references(html, tmp_path), f"missing beside the deck: {local_references(html, tmp_path)}"
     assert "def show(" not in html and "def load(" not in html, "code cells leaked into the deck"
     import verdict
+    import verdict_page
 
     rs = verdict.tested_rows()
     fam02 = [r for r in rs if r["family"] == "02"]
     table = table_rows(html)
     for r in fam02:  # the headline table: each claim's numbers, Holm-level interval, Holm p and status, by the rule
         lo, hi, _ = verdict.holm_interval(r)
-        cells = [f"{verdict.fmt(r['mean'])} ± {r['ci95']:.3f}", f"[{lo:+.3f}, {hi:+.3f}]", verdict.p_text(r["p_holm"]),
-                 verdict.short_status(r).replace("**", "")]
+        cells = [f"{verdict_page.fmt(r['mean'])} ± {r['ci95']:.3f}", f"[{lo:+.3f}, {hi:+.3f}]",
+                 verdict_page.p_text(r["p_holm"]), verdict_page.short_status(r).replace("**", "")]
         assert any(row[0].startswith(r["contrast"] + " ") and row[1:] == cells for row in table), \
             f"the headline table has no row {r['contrast']}: {cells}"
     text = deck_text(html)
     c13 = [r for r in verdict.confirmatory_rows() if r["family"] == "13 A"]  # the confirmatory slide's table
-    allowed = {verdict.p_text(r["p_holm"]) for r in fam02 + verdict.slope_rows() + c13 if r["p_holm"] is not None}
-    allowed |= {verdict.p_text(r["p_holm"]) for r in verdict.gradient_rows(verdict._load("10_gradient_test.json"))}
+    allowed = {verdict_page.p_text(r["p_holm"]) for r in fam02 + verdict.slope_rows() + c13 if r["p_holm"] is not None}
+    allowed |= {verdict_page.p_text(r["p_holm"]) for r in verdict.gradient_rows(verdict._load("10_gradient_test.json"))}
     quoted = re.findall(r"Holm p (?:is )?(< 0\.001|\d\.\d{3})", text)
     assert quoted, "the deck quotes no Holm p"
     stray = [p for p in quoted if p not in allowed]
     assert not stray, f"Holm p values on the deck that the rule does not give: {stray}"
     assert "57 contrasts" not in text and "page-wide" not in text, "the deck quotes the page-wide Holm family"
     for r in verdict.slope_rows():  # the slope slide: numbers and status by the rule
-        assert (f"{r['contrast']}: {verdict.fmt(r['mean'], d=2)} ± {r['ci95']:.2f} per tenfold KL; Holm p "
-                f"{verdict.p_text(r['p_holm'])}") in text
-    for c in verdict.claims():  # the verdict slides: every claim's status, as the README's table gives it
+        assert (f"{r['contrast']}: {verdict_page.fmt(r['mean'], d=2)} ± {r['ci95']:.2f} per tenfold KL; Holm p "
+                f"{verdict_page.p_text(r['p_holm'])}") in text
+    # the verdict slides: every claim's status, as the README's table gives it (rendered from the verdict's JSON)
+    for c in verdict_page.claims(json.loads((verdict.FIG / "verdict.json").read_text())):
         assert c["short_status"].replace("**", "") in text, c["claim"]
     assert f"pooled over {len(verdict.replicate_dirs('02'))} CPU models (12 seeds)" in text
     for width, png_width in images(html):  # drawn for the slide: 2 dots per displayed pixel, not a notebook PNG
@@ -249,6 +251,7 @@ def test_deck_reads_the_verdicts_json_and_imports_only_scrl_min():
     import json
 
     import verdict
+    import verdict_page
 
     src = DECK.read_text()
     assert 'FIG / "verdict.json"' in src
@@ -260,7 +263,7 @@ def test_deck_reads_the_verdicts_json_and_imports_only_scrl_min():
     for r, saved in zip(rs, data["rows"]):  # the saved interval is verdict.holm_interval's, within the row's family
         if r["family"] is not None and "p_holm_given" not in r:
             assert saved["holm_interval"] == pytest.approx(list(verdict.holm_interval(r)), rel=1e-12)
-            assert saved["short_status"] == verdict.short_status(r)
+            assert saved["short_status"] == verdict_page.short_status(r)
 
 
 def test_holm_interval_decides_as_holm_steps():

@@ -18,9 +18,16 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 import scrl_min  # noqa: E402
 import verdict  # noqa: E402
+import verdict_page as page  # noqa: E402
 from scrl_min.stats import pool_replicates, replicate_heterogeneity  # noqa: E402  (the rule, defined once)
 
 M = verdict.MARGIN
+V = json.loads((verdict.FIG / "verdict.json").read_text())  # the verdict's data as committed (test_page_... checks it)
+
+
+def _with_regime(rows: list) -> dict:
+    """The committed verdict data with notebook 16's rows replaced by `rows`."""
+    return dict(V, regime=dict(V["regime"], rows=rows))
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +41,7 @@ def test_page_and_readme_regenerate_byte_for_byte(made, tmp_path):
     """Writing the generated blocks into copies of docs/verdict.md and README.md changes not one byte; the forest
     plot's JSON is the rows themselves, and the deck's (figures/verdict.json) is what verdict.deck_data makes now."""
     rs, m = made
-    for path, names in ((verdict.PAGE, verdict.PAGE_BLOCKS), (verdict.README, verdict.README_BLOCKS)):
+    for path, names in ((verdict.PAGE, page.PAGE_BLOCKS), (verdict.README, page.README_BLOCKS)):
         copy = tmp_path / path.name
         shutil.copy(path, copy)
         verdict.write_blocks(copy, {k: m[k] for k in names})
@@ -47,14 +54,30 @@ def test_page_and_readme_regenerate_byte_for_byte(made, tmp_path):
     assert "docs/verdict.md" in readme[:3000], "the README's first screen links the verdict"
 
 
+def test_the_page_renders_from_the_committed_json_alone(tmp_path):
+    """The results are published as data: every generated block of the page and the README renders from
+    figures/verdict.json as committed (no figure JSON read), and the renderer opens no file and imports no collector,
+    so a number on the page is a number in that JSON."""
+    out = page.blocks(V)
+    for path, names in ((verdict.PAGE, page.PAGE_BLOCKS), (verdict.README, page.README_BLOCKS)):
+        copy = tmp_path / path.name
+        shutil.copy(path, copy)
+        verdict.write_blocks(copy, {k: out[k] for k in names})
+        assert copy.read_bytes() == path.read_bytes(), f"{path.name} does not render from figures/verdict.json alone"
+    src = (REPO / "scripts" / "verdict_page.py").read_text()
+    for reader in ("open(", "read_text(", "json.load", "_load(", "import verdict\n", "from verdict ", "glob("):
+        assert reader not in src, f"scripts/verdict_page.py reads files ({reader!r})"
+    assert [c["claim"] for c in out["claim_rows"]] == [c["claim"] for c in V["claims"]]
+
+
 def test_the_rule_is_stated_before_the_claims_and_no_cell_is_a_vote():
-    page = " ".join(verdict.PAGE.read_text().split())
-    rule = page.index("## The inference rule")
-    assert rule < page.index("<!-- verdict:claims -->")
+    page_text = " ".join(verdict.PAGE.read_text().split())
+    rule = page_text.index("## The inference rule")
+    assert rule < page_text.index("<!-- verdict:claims -->")
     for term in ("TOST", "non-inferiority at −M", "M = 0.05", "heterogeneity", "sensitivity column", "not decided",
                  "seeds 0-4 were seen before its pre-registration", "## What this does not show"):
-        assert term in page, term
-    for text in (page, verdict.README.read_text()):
+        assert term in page_text, term
+    for text in (page_text, verdict.README.read_text()):
         assert "point estimate lower in" not in text and "resolved in 0 of" not in text  # no votes over cells
         assert "on both CPU models' runs |" not in text and "reproduced on one CPU model's runs" not in text  # both-must-pass
 
@@ -122,7 +145,7 @@ def test_heterogeneity_flags_replicates_that_differ():
     assert replicate_heterogeneity(x) == pytest.approx(stats.f.sf(f, k - 1, (k - 1) * (n - 1)), rel=1e-8)
     # a flag never changes a status: the row says so beside it
     r = verdict.decide_families([verdict.tested("x", "s", "a − b", [a, b], family="02", kind="greater")])[0]
-    assert r["status"] == "reproduced" and "replicates differ" in verdict.status_text(r)
+    assert r["status"] == "reproduced" and "replicates differ" in page.status_text(r)
 
 
 def test_holm_by_hand_and_within_each_family():
@@ -264,16 +287,16 @@ def test_the_gradient_secondaries_are_one_holm_family_of_three(g10):
 def test_the_gradient_claims_on_the_page_follow_the_rows(g10):
     """The page's claims table carries each gradient test's relative gap, Holm p and status; the placebo and the gap
     against KL are descriptive (no status, no row); no claim counts cells."""
-    page = verdict.PAGE.read_text()
-    block = page[page.index("<!-- verdict:claims -->"):page.index("<!-- /verdict:claims -->")]
-    cs = [c for c in verdict.claims() if c["where"].startswith("10")]
+    text = verdict.PAGE.read_text()
+    block = text[text.index("<!-- verdict:claims -->"):text.index("<!-- /verdict:claims -->")]
+    cs = [c for c in page.claims(V) if c["where"].startswith("10")]
     rows = verdict.gradient_rows(g10)
     assert [c["row"] for c in cs[:4]] == rows
     for c, r in zip(cs, rows):
         line = next(x for x in block.splitlines() if x.startswith(f"| {c['claim']} |"))
         assert f"relative gap {r['rel_gap']:+.2%} ± {r['rel_ci95']:.2%}" in line
-        assert f"Holm p {verdict.p_text(r['p_holm'])} in " in line
-        assert line.endswith(f"| {verdict.status_text(r, 'batches')} |")
+        assert f"Holm p {scrl_min.p_text(r['p_holm'])} in " in line
+        assert line.endswith(f"| {page.status_text(r, 'batches')} |")
         assert ("**reproduced**" in line) == (r["status"] == "reproduced")
     descriptive = cs[4:]
     assert len(descriptive) == 2 and all(c["row"] is None and c["short_status"] == "descriptive" for c in descriptive)
@@ -327,15 +350,15 @@ def test_notebook_02s_closing_quotes_the_verdicts_pooled_rows(made):
                     .replace(">", " ").split())
     for contrast, label in (("plain − bf16", "plain − bf16"), ("sc − plain", "SC − plain"), ("sc − mis", "SC − MIS"),
                             ("sc − tis", "SC − TIS"), ("sc_mis − mis", "SC+MIS − MIS")):
-        r = verdict._find(rs, "02", contrast)
+        r = page._find(rs, "02", contrast)
         assert f"{label} {u(r['mean'], 3)} ± {r['ci95']:.3f}" in text, (label, r["mean"], r["ci95"])
-    assert verdict._find(rs, "02", "plain − bf16")["status"] == verdict._find(rs, "02", "sc − plain")["status"] \
+    assert page._find(rs, "02", "plain − bf16")["status"] == page._find(rs, "02", "sc − plain")["status"] \
         == "reproduced"
 
 def test_what_this_does_not_show_names_the_setting_that_ran():
     """The numbers of the 'What this does not show' section are the committed runs' parameters."""
-    page = " ".join(verdict.PAGE.read_text().split())
-    section = page[page.index("## What this does not show"):]
+    page_text = " ".join(verdict.PAGE.read_text().split())
+    section = page_text[page_text.index("## What this does not show"):]
     p02 = json.loads((verdict.FIG / "02_fp8_arms.json").read_text())["parameters"]
     g = json.loads((verdict.FIG / "10_gradient_test.json").read_text())
     p14 = json.loads((verdict.FIG / "14_length_drift_runs.json").read_text())["parameters"]
@@ -358,24 +381,24 @@ def test_the_length_drift_claim_reads_notebook_14s_saved_row():
                reading=reading)
     it = dict(parameters=dict(sampler_format="fp8", sampler_noise=0.1, lr=0.5, mean_advantage=0.15, steps=60),
               prediction=dict(delta=0.124, no_drift_half_band=0.062), claims=[row])
-    done = verdict.length_drift_claim(base, it)
+    done = page.length_drift_claim(verdict.length_drift_data(it, base))
     assert done["status"] == done["short_status"] == "**reproduced**" and "(8 seeds; 8/8 above 0)" in done["number"]
     assert "iterated" in done["where"] and "not decided: x" in done["number"] and "one-sided (> 0) p" in done["number"]
     # undecided, on the wrong side of 0: the rule's count at the predicted effect, the side named
     wrong = scrl_min.test_differences([("plain − sc", [0.4, -0.5, -0.6, -0.1], "greater")], stated_effect=0.124)[0]
-    one_sign = verdict.length_drift_claim(None, {**it, "claims": [dict(wrong, reading=reading)]})
+    one_sign = page.length_drift_claim(verdict.length_drift_data({**it, "claims": [dict(wrong, reading=reading)]}, None))
     n = scrl_min.seeds_to_decide(wrong["sd"], 0.124, 0.05)
     assert one_sign["status"].startswith(f"not decided: its estimate lies on the wrong side of 0; {n:,} seeds would "
                                          f"decide it at the predicted +0.124 nats (80% power at its Holm level 0.05")
     assert one_sign["short_status"] == "not decided (estimate on the wrong side of 0)"
     # plain's push of either sign across seeds: the same status, then that reading and SC's share (exploratory)
     both = dict(reading, plain_range=[-1.2, 0.8], plain_takes_both_signs=True, sc_share=1 / 6, sc_smaller=3)
-    text = verdict.length_drift_claim(None, {**it, "claims": [dict(wrong, reading=both)]})
+    text = page.length_drift_claim(verdict.length_drift_data({**it, "claims": [dict(wrong, reading=both)]}, None))
     assert text["status"].startswith(one_sign["status"] + " · plain's push took both signs over the seeds (-1.20 to +0.80")
     assert text["status"].endswith("SC's |Δ log p(EOS)| is 16.7% of plain's, smaller at 3 of 4 seeds")
     assert text["short_status"] == (one_sign["short_status"] + "; plain's push took both signs; SC's |Δ| is 16.7% of "
                                     "plain's (exploratory)")
-    assert "drifts the completion length" in verdict.claims_table(verdict.claims())
+    assert "drifts the completion length" in page.claims_table(page.claims(V))
 
 
 # ── notebook 13, the confirmatory run: its own families decide the headline claims ─────────────────────
@@ -412,7 +435,7 @@ def test_notebook_13s_saved_rows_decide_the_headline_claims(tmp_path):
     assert all(r["m"] == 7 and r["k"] == 1 for r in rows[:14])
     a1 = rows[0]
     assert a1["status"] == "reproduced" and a1["mean"] < -0.1
-    cs = verdict.claims(c13=rows)
+    cs = page.claims(dict(V, confirmatory=rows))
     first = cs[0]
     assert first["row"] is a1 and first["where"].startswith("13 · ") and "36 fresh seeds" in first["where"]
     assert first["claim"].startswith("A mismatched sampler costs plain training reward")
@@ -436,7 +459,7 @@ def test_notebook_07s_saved_families_give_the_staleness_claims(tmp_path):
         ("07 P final", "greater"), ("07 P final", "noninferior")] * 2
     assert [r["p_holm"] for r in rows[:4]] == [r["p_holm"] for r in fams["primary (auc)"]]
     assert rows[0]["setting"].startswith("refresh schedule") and rows[2]["setting"].startswith("constant schedule")
-    cs = [c for c in verdict.claims(st07=rows) if c["where"].startswith("07")]
+    cs = [c for c in page.claims(dict(V, staleness=rows)) if c["where"].startswith("07")]
     assert len(cs) == 4 and cs[0]["row"] is rows[0] and "article's schedule" in cs[0]["claim"]
     assert "its secondary family" in cs[0]["number"]
     (tmp_path / "07_staleness.json").write_text(json.dumps(dict(parameters=par, final={})))
@@ -481,22 +504,22 @@ def test_the_regime_section_collects_notebook_16s_claim_rows(tmp_path, monkeypat
                         json.loads(path.read_text()) if name == "16_grpo_regime.json" else load(name, fig))
     regime = verdict.regime_rows()
     assert [(r["id"], r["p_holm"], r["status"]) for r in regime] == [(r["id"], r["p_holm"], r["status"]) for r in rows]
-    text = verdict.regime_text(regime)
+    text = page.regime_text(_with_regime(regime))
     for r in regime:
-        line = next(x for x in text.splitlines() if f"| {verdict.REGIME_WORDING[r['id']]} |" in x)
-        assert line.startswith(f"| {r['id'].replace(verdict.PRIME, '′')} |")
-        assert line.endswith(f"{r['mean']:+.3f} ± {r['ci95']:.3f} (40 seeds) | {verdict.KINDS[r['test']]} | "
-                             f"{verdict.p_text(r['p_holm'])} ({verdict.p_text(r['p_opposite_holm'])}) | "
-                             f"{verdict.short_status(r)} |")
+        line = next(x for x in text.splitlines() if f"| {page.REGIME_WORDING[r['id']]} |" in x)
+        assert line.startswith(f"| {r['id'].replace(page.PRIME, '′')} |")
+        assert line.endswith(f"{r['mean']:+.3f} ± {r['ci95']:.3f} (40 seeds) | {page.KINDS[r['test']]} | "
+                             f"{scrl_min.p_text(r['p_holm'])} ({scrl_min.p_text(r['p_opposite_holm'])}) | "
+                             f"{page.short_status(r)} |")
     by = {r["id"]: r for r in rows}
     assert by["G1'"]["status"] == "equivalent within ±0.05" and by["G1"]["status"] == "not decided"
     with pytest.raises(ValueError, match="G1 is now 'not decided'.*REGIME_SENTENCES"):
-        verdict.findings(regime)
+        page.findings(_with_regime(regime))
     # the statuses the committed run has: each question gets its sentence, with the row's own numbers
     for i, st in (("G1", "contradicted"), ("G2", "contradicted"), ("G3", "equivalent within ±0.05"), ("G4", "not decided")):
         by[i]["status"] = st
     write(rows)
-    findings = verdict.findings(verdict.regime_rows())
+    findings = page.findings(_with_regime(verdict.regime_rows()))
     assert "notebook 16, 40 fresh seeds" in findings and "SC and MIS are equivalent within ±0.05" in findings
     assert f"(plain − bf16 {by['G1']['mean']:+.3f} ± {by['G1']['ci95']:.3f})" in findings
 
@@ -505,7 +528,7 @@ def test_the_recovery_table_is_notebook_13s_per_seed_values():
     """The page's recovery table: SC's share of the cost, (SC − plain) / (bf16 − plain) over the mean per-seed
     differences, and x − bf16 means, recomputed here from 13's JSON with numpy alone."""
     c = json.loads((REPO / "figures" / "13_confirmatory.json").read_text())["per_arm"]
-    text = verdict.recovery_text()
+    text = page.recovery_text(V)
     for metric, label in (("auc", "AUC (primary)"), ("final", "final clean reward (secondary)")):
         v = {a: np.asarray(x[f"{metric}_per_seed"]) for a, x in c.items()}
         row = next(l for l in text.splitlines() if l.startswith(f"| {label} |"))
@@ -526,7 +549,7 @@ def test_an_undecided_row_says_where_it_lies_or_that_it_was_powered():
             verdict.tested("02", "s", "powered", [zero + 1e-4], family="02", kind="greater"),
             verdict.tested("02", "s", "short", [rng.normal(0.01, 0.3, 5)], family="02", kind="greater")]
     verdict.decide_families(rows)
-    texts = {r["contrast"]: verdict.status_text(r) for r in rows}
+    texts = {r["contrast"]: page.status_text(r) for r in rows}
     assert all(r["status"] == "not decided" for r in rows), [r["status"] for r in rows]
     assert "wrong side of 0" in texts["wrong"]
     assert "its 60 seeds had 80% power at a 0.05 effect" in texts["powered"] and "would decide it" not in texts["powered"]
