@@ -1,6 +1,6 @@
 """The verdict's data: every claim row of the committed figures/*.json under the page's rule, and the readings the
-page quotes beside them, collected into figures/verdict.json; the page, the README's front door and the deck render
-from that JSON alone.
+page quotes beside them, collected into figures/verdict.json. The page's and the README's generated blocks render from that JSON alone
+(scripts/verdict_page.py); the deck takes every status, p and interval from it (its plots read the figures' JSON).
 
     python scripts/verdict.py            # print the generated blocks of docs/verdict.md and README.md
     python scripts/verdict.py --write    # write figures/verdict.json, those blocks and figures/verdict_forest.{png,json}
@@ -10,8 +10,10 @@ notebook pre-registered, the status, the seeds that would decide it, pooling rep
 is `scrl_min.stats`'. This file collects the rows: the notebooks that saved their claim rows (07, 10, 13, 14, 16) and
 readings (13's recovery table) as saved; notebooks 02, 06 and 11 from their per-seed values, pooled over the
 replicates in figures/replicates/<cpu>/ (a seed is one unit). The wording (the article's claims mapped to the rows,
-the tables) is scripts/verdict_page.py's. tests/test_verdict.py checks that the committed page, README and JSON are
-what these two files make, and that the page renders from the committed JSON alone.
+statuses written out, the tables) is scripts/verdict_page.py's; this file adds to each row only what the deck reads
+beside it, in that file's words: the seeds' label (`with_seeds`), the short status and notebook 16's claim wording.
+tests/test_verdict.py checks that the committed page, README and JSON are what these two files make, and that the page
+renders from the committed JSON alone.
 """
 from __future__ import annotations
 
@@ -72,11 +74,11 @@ def decide_families(rs: list) -> list:
 
 def with_seeds(rs: list) -> list:
     """Adds seeds to each row of `rs` (None unless undecided): the seeds (batches, for notebook 10) that would decide
-    it at 80% power at its Holm level, with its per-seed sd, at its stated effect: `stated_effect` (notebook 10's
-    predicted gap, a range; notebook 14's predicted plain − SC) where it has one, labelled by its `effect_label`; the
-    observed mean for notebook 11's slopes, which declared no effect
-    (optimistic); else the margin beyond the null's edge (a true mean of 0 for an equivalence row:
-    `seeds_at_stated_effect`). {n: [counts, None where none reaches the power], label, level}. Returns rs."""
+    it at 80% power at its Holm level, with its per-seed sd, at its stated effect. A row with an `effect_label` was
+    saved with its count at its notebook's stated effect (`seeds_at_stated_effect`: notebook 10's predicted gap, a
+    range; notebook 14's predicted plain − SC); notebook 11's slopes, which declared no effect, count at the observed
+    mean (optimistic); every other row at the margin beyond the null's edge (a true mean of 0 for an equivalence
+    row). {n: [counts, None where none reaches the power], label, level}. Returns rs."""
     for r in rs:
         if r.get("status") != "not decided":
             r["seeds"] = None
@@ -378,7 +380,8 @@ def collect() -> dict:
     the margin; rows (`tested_rows`), slopes, confirmatory (13), staleness (07), gradient (10), length_drift (14) and
     regime (16: its parameters, rows, mean AUC of bf16 and plain, and notebook 15's drift shares; None before its
     JSON), each tested row with its short status and Holm-level interval; the folders each replicated notebook pools
-    (replicates); and `readings`. Raises what the readers raise on a malformed JSON."""
+    (replicates); and `readings`. Raises what the readers raise on a malformed JSON; a missing figure JSON of
+    notebooks 02, 04, 10, 11, 13 or 14's second design is an error too (only 03, 07, 15 and 16 may be absent)."""
     rs, slopes, c13, st07, regime = tested_rows(), slope_rows(), confirmatory_rows(), staleness_rows(), regime_rows()
     for r in (x for group in (rs, slopes, c13, st07) for x in group):  # the deck's: the short status, Holm's interval
         r["short_status"] = page.short_status(r) if r.get("status") else ""
@@ -396,8 +399,8 @@ def collect() -> dict:
 
 def made() -> dict:
     """Everything generated: the page's and the README's blocks by name (verdict_page.PAGE_BLOCKS, README_BLOCKS),
-    rendered from the data round-tripped through JSON (as the committed figures/verdict.json renders), the rows
-    (`rows`: the forest's) and the deck's JSON (`deck`: the data with the claims)."""
+    rendered from the data round-tripped through JSON (as the committed figures/verdict.json renders), the claims as
+    dicts (`claim_rows`), the rows (`rows`: the forest's) and the deck's JSON (`deck`: the data with the claims)."""
     data = json.loads(json.dumps(collect()))
     out = page.blocks(data)
     return dict(out, rows=data["rows"], deck=dict(data, claims=out["claim_rows"]))

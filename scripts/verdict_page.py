@@ -1,6 +1,6 @@
 """The verdict page's wording: the claims table, the page's other generated blocks and the README's front door,
 rendered from the verdict's data alone (figures/verdict.json, which scripts/verdict.py collects under the page's
-rule), as the deck is.
+rule; the deck takes its statuses, p values and intervals from the same JSON).
 
 `blocks(v)` takes that data (a dict: the rows of the rule and the readings the page quotes, see `scripts/verdict.py`'s
 `collect`) and returns each generated block's text; it reads no file. The rule itself is `scrl_min.stats`'; what this
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from scrl_min import p_text
-from scrl_min.stats import MARGIN, effect_beyond_null
+from scrl_min.stats import ALPHA, MARGIN, effect_beyond_null
 
 
 # The test each wording needs (docs/verdict.md, "The inference rule", item 4): name → how the page writes it
@@ -72,8 +72,8 @@ def _find(rs, source, contrast, setting_prefix=None):
 
 
 def _count(seeds: dict) -> str | None:
-    """'N' or 'N1-N2' from `with_seeds`' counts ('N1 to more than 100,000' where one does not reach the power);
-    None when no count does."""
+    """'N' or 'N1-N2' from a row's seeds (scripts/verdict.py's `with_seeds`); 'N1 to more than 100,000' where one
+    does not reach the power; None when no count does."""
     ns = [n for n in seeds["n"] if n is not None]
     if not ns:
         return None
@@ -100,7 +100,7 @@ def _powered(r, unit="seeds") -> str:
 
 def _seeds_text(r, unit="seeds") -> str:
     """The not-decided reason: where the estimate lies, and the seeds that would decide the row at its stated
-    effect (`with_seeds`)."""
+    effect (its seeds: scripts/verdict.py's `with_seeds`)."""
     n, sd = _count(r["seeds"]), f"sd over {unit} {r['sd']:.3f}" + (" ‖g*‖²" if unit == "batches" else "")
     at = f"(80% power at its Holm level {r['seeds']['level']:.3g}, {sd})"
     if n is None:
@@ -608,8 +608,13 @@ README_BLOCKS = ("readme", "findings")
 
 
 def blocks(v: dict) -> dict:
-    """Every generated block by name (PAGE_BLOCKS of docs/verdict.md, README_BLOCKS of README.md) and the claims
-    (`claims`), from the verdict's data `v` alone (scripts/verdict.py's `collect`, or figures/verdict.json read back)."""
+    """Every generated block's text by name (PAGE_BLOCKS of docs/verdict.md, README_BLOCKS of README.md), and under
+    "claim_rows" the claims as dicts (`claims`), from the verdict's data `v` alone (scripts/verdict.py's `collect`, or
+    figures/verdict.json read back). Raises ValueError when `v` was collected at another margin or α than the labels
+    here are written for (scrl_min.stats')."""
+    if (v["margin"], v["alpha"]) != (MARGIN, ALPHA):
+        raise ValueError(f"the verdict's data has margin {v['margin']}, α {v['alpha']}; this page writes margin {MARGIN}, "
+                         f"α {ALPHA}")
     cs = claims(v)
     regime = v["regime"]["rows"] if v["regime"] else []
     return {"claims": claims_table(cs), "recovery": recovery_text(v), "ladder": ladder_table(v),

@@ -90,19 +90,21 @@ def test_deck_builds_offline_with_the_verdicts_numbers(built_deck):
     import verdict
     import verdict_page
 
+    import scrl_min
+
     rs = verdict.tested_rows()
     fam02 = [r for r in rs if r["family"] == "02"]
     table = table_rows(html)
     for r in fam02:  # the headline table: each claim's numbers, Holm-level interval, Holm p and status, by the rule
         lo, hi, _ = verdict.holm_interval(r)
         cells = [f"{verdict_page.fmt(r['mean'])} ± {r['ci95']:.3f}", f"[{lo:+.3f}, {hi:+.3f}]",
-                 verdict_page.p_text(r["p_holm"]), verdict_page.short_status(r).replace("**", "")]
+                 scrl_min.p_text(r["p_holm"]), verdict_page.short_status(r).replace("**", "")]
         assert any(row[0].startswith(r["contrast"] + " ") and row[1:] == cells for row in table), \
             f"the headline table has no row {r['contrast']}: {cells}"
     text = deck_text(html)
     c13 = [r for r in verdict.confirmatory_rows() if r["family"] == "13 A"]  # the confirmatory slide's table
-    allowed = {verdict_page.p_text(r["p_holm"]) for r in fam02 + verdict.slope_rows() + c13 if r["p_holm"] is not None}
-    allowed |= {verdict_page.p_text(r["p_holm"]) for r in verdict.gradient_rows(verdict._load("10_gradient_test.json"))}
+    allowed = {scrl_min.p_text(r["p_holm"]) for r in fam02 + verdict.slope_rows() + c13 if r["p_holm"] is not None}
+    allowed |= {scrl_min.p_text(r["p_holm"]) for r in verdict.gradient_rows(verdict._load("10_gradient_test.json"))}
     quoted = re.findall(r"Holm p (?:is )?(< 0\.001|\d\.\d{3})", text)
     assert quoted, "the deck quotes no Holm p"
     stray = [p for p in quoted if p not in allowed]
@@ -110,8 +112,9 @@ def test_deck_builds_offline_with_the_verdicts_numbers(built_deck):
     assert "57 contrasts" not in text and "page-wide" not in text, "the deck quotes the page-wide Holm family"
     for r in verdict.slope_rows():  # the slope slide: numbers and status by the rule
         assert (f"{r['contrast']}: {verdict_page.fmt(r['mean'], d=2)} ± {r['ci95']:.2f} per tenfold KL; Holm p "
-                f"{verdict_page.p_text(r['p_holm'])}") in text
-    # the verdict slides: every claim's status, as the README's table gives it (rendered from the verdict's JSON)
+                f"{scrl_min.p_text(r['p_holm'])}") in text
+    # the verdict slides: every claim's status, as the README's table gives it (rendered from the committed verdict
+    # JSON, which test_verdict checks is what the collector makes now)
     for c in verdict_page.claims(json.loads((verdict.FIG / "verdict.json").read_text())):
         assert c["short_status"].replace("**", "") in text, c["claim"]
     assert f"pooled over {len(verdict.replicate_dirs('02'))} CPU models (12 seeds)" in text

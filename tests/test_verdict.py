@@ -4,9 +4,11 @@ replicates, the heterogeneity test, Holm within each family, the seeds that woul
 with scipy and Holm by hand (the rule's pieces themselves: tests/test_stats_rule.py); the rows notebooks saved are
 read as saved, each claim to its wording; a claim decided in its own family is not demoted by a page-wide one; and
 the numbers notebook 02's closing section quotes are the ones scripts/verdict.py computes."""
+import copy as copy_module
 import json
 import math
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -39,7 +41,7 @@ def made():
 # ── the page is the JSON under the rule ────────────────────────────────────────────────────────────
 def test_page_and_readme_regenerate_byte_for_byte(made, tmp_path):
     """Writing the generated blocks into copies of docs/verdict.md and README.md changes not one byte; the forest
-    plot's JSON is the rows themselves, and the deck's (figures/verdict.json) is what verdict.deck_data makes now."""
+    plot's JSON is the rows themselves, and the deck's (figures/verdict.json) is what verdict.made()["deck"] is now."""
     rs, m = made
     for path, names in ((verdict.PAGE, page.PAGE_BLOCKS), (verdict.README, page.README_BLOCKS)):
         copy = tmp_path / path.name
@@ -55,19 +57,40 @@ def test_page_and_readme_regenerate_byte_for_byte(made, tmp_path):
 
 
 def test_the_page_renders_from_the_committed_json_alone(tmp_path):
-    """The results are published as data: every generated block of the page and the README renders from
-    figures/verdict.json as committed (no figure JSON read), and the renderer opens no file and imports no collector,
-    so a number on the page is a number in that JSON."""
-    out = page.blocks(V)
+    """The results are published as data: every generated block of the page and the README, and every claim of
+    figures/verdict.json, renders from that JSON as committed, in a process where the renderer, once imported, may
+    open or list no file (an audit hook refuses it) and where the collector was never imported; and a reading
+    changed in the data changes the page, so the page's numbers are the JSON's."""
+    script = f"""
+import json, sys
+from pathlib import Path
+sys.path[:0] = [{str(REPO)!r}, {str(REPO / "scripts")!r}]
+import verdict_page
+v = json.loads(Path({str(verdict.FIG / "verdict.json")!r}).read_text())
+
+def refuse(event, args):
+    if event in ("open", "os.listdir", "os.scandir", "glob.glob", "shutil.copyfile"):
+        raise RuntimeError(f"the renderer touched a file: {{event}} {{args[0]!r}}")
+
+sys.addaudithook(refuse)
+out = verdict_page.blocks(v)
+assert "verdict" not in sys.modules, "the renderer imported the collector"
+sys.stdout.write(json.dumps(out))
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout)
     for path, names in ((verdict.PAGE, page.PAGE_BLOCKS), (verdict.README, page.README_BLOCKS)):
         copy = tmp_path / path.name
         shutil.copy(path, copy)
         verdict.write_blocks(copy, {k: out[k] for k in names})
         assert copy.read_bytes() == path.read_bytes(), f"{path.name} does not render from figures/verdict.json alone"
-    src = (REPO / "scripts" / "verdict_page.py").read_text()
-    for reader in ("open(", "read_text(", "json.load", "_load(", "import verdict\n", "from verdict ", "glob("):
-        assert reader not in src, f"scripts/verdict_page.py reads files ({reader!r})"
-    assert [c["claim"] for c in out["claim_rows"]] == [c["claim"] for c in V["claims"]]
+    assert out["claim_rows"] == V["claims"]
+    changed = copy_module.deepcopy(V)
+    changed["topk"]["head_mass"] += 0.5
+    assert page.blocks(changed)["claims"] != out["claims"]
+    with pytest.raises(ValueError, match="margin"):
+        page.blocks(dict(V, margin=0.1))
 
 
 def test_the_rule_is_stated_before_the_claims_and_no_cell_is_a_vote():
