@@ -456,9 +456,10 @@ def per_seed_plot(ax, values: dict, collapsed_runs: dict, ylabel: str) -> None:
 
 
 def check_layout(fig) -> None:
-    """A figure fit for a slide: no legend covers a bar of its own axes, and no title, suptitle,
-    legend or table overlaps another. Draws the figure (pixel boxes need a renderer); call it just
-    before `savefig`. Raises ValueError naming the two overlapping elements and their axes titles."""
+    """A figure fit for a slide: no legend covers a bar of its own axes, no title, suptitle, legend or
+    table overlaps another, and none runs past the figure's edge (where `savefig` would cut it). Draws
+    the figure (pixel boxes need a renderer); call it just before `savefig`. Raises ValueError naming
+    the element (the two overlapping ones) and their axes titles."""
     from matplotlib.patches import Rectangle
 
     fig.canvas.draw()
@@ -479,6 +480,12 @@ def check_layout(fig) -> None:
                 raise ValueError(f"the legend of {name!r} covers a bar (x = {bar.get_x():g}, height "
                                  f"{bar.get_height():.3g}): give the axes headroom or move the legend")
     extents = [(label, artist.get_window_extent(renderer)) for label, artist in boxes]
+    edge = fig.bbox
+    for label, box in extents:
+        if box.x0 < edge.x0 - 1 or box.x1 > edge.x1 + 1 or box.y0 < edge.y0 - 1 or box.y1 > edge.y1 + 1:
+            raise ValueError(f"the {label} runs past the figure's edge ({box.x0:.0f}-{box.x1:.0f} px wide, "
+                             f"{box.y0:.0f}-{box.y1:.0f} px high, in a {edge.width:.0f} × {edge.height:.0f} px "
+                             f"figure): break it into lines or shorten it")
     for i, (a, box_a) in enumerate(extents):
         for b, box_b in extents[i + 1:]:
             if box_a.overlaps(box_b):

@@ -334,3 +334,13 @@ def test_check_layout_catches_a_legend_over_bars_and_a_table_under_a_caption():
     tab.set_title("caption of the table")
     scrl_min.check_layout(fig)
     plt.close(fig)
+    # a title wider than its figure: savefig would cut it (notebook 14's figure once lost its last words)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(8, 3))
+    b.set_title("a title on the right-hand axes that runs on well past the right edge of this figure, cut off")
+    fig.tight_layout()
+    with pytest.raises(ValueError, match="title of 'a title on the right-hand.*runs past the figure's edge"):
+        scrl_min.check_layout(fig)
+    b.set_title("a title on the right-hand axes\nthat now fits in two lines")
+    fig.tight_layout()
+    scrl_min.check_layout(fig)
+    plt.close(fig)
