@@ -193,9 +193,10 @@ for ax, name in zip(axes[1:], names):
     ax.set_xlabel("KL(q‖p) of the pair (log)")
     ax.set_ylabel(f"{name}, final clean reward (paired)")
     ax.legend(fontsize=8, loc="upper left")
-fig.suptitle(f"Severity ladder, {advantage_mode} advantages, {len(seeds)} paired seeds of one CPU model's run: does "
-             f"SC's edge grow with KL?\n(right: one least-squares slope over this run's points; docs/verdict.md pools "
-             f"each seed's own slope over the CPU models' replicates)")
+wrap = " " if len(contrasts) > 1 else "\n"  # a two-panel figure (one contrast) is too narrow for two lines
+fig.suptitle(f"Severity ladder, {advantage_mode} advantages, {len(seeds)} paired seeds of one CPU model's run:{wrap}does "
+             f"SC's edge grow with KL?\n(right: one least-squares slope over this run's points;{wrap}docs/verdict.md "
+             f"pools each seed's own slope over the CPU models' replicates)")
 fig.tight_layout()
 check_layout(fig)
 fig.savefig(fig_dir / "11_severity_slope.png", dpi=110)
