@@ -714,8 +714,8 @@ print(f"wrote {figures_dir}/14_length_drift_iterated.{{png,json}}")
 # > A mismatched sampler drifts the completion length, and SC removes it (plain − SC in Δ log p(EOS)): −0.256 ± 0.617
 # > nats (8 seeds; 3/8 above 0); one-sided (> 0) p 0.820 …; not decided: its estimate lies on the wrong side of 0;
 # > 221 seeds would decide it at the predicted +0.124 nats … · plain's push took both signs over the seeds (−1.33 to +0.81
-# > nats), so this test reads the sign of an average over noise draws, not one sampler's drift; exploratory: SC's
-# > |Δ log p(EOS)| is 13.5% of plain's, smaller at 8 of 8 seeds.
+# > nats), so this test reads the sign of an average over noise draws, not one sampler's drift; exploratory: the size
+# > of SC's change in log p(EOS) is 13.5% of plain's, smaller at 8 of 8 seeds.
 #
 # The primary printed above gives this notebook's declared rule (two-sided, 95%); its count, at the observed sd
 # and the predicted effect, is larger than the row's (279 seeds against 221) because that test is two-sided. The

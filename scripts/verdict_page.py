@@ -254,7 +254,7 @@ def length_drift_claim(ld: dict) -> dict:
     parameters and the first design's status (sampled training runs; None without its JSON), written as the claims
     table writes every row. Where plain's push took both signs over the seeds, the status says so (the test then
     reads the sign of an average over noise draws, not one sampler's drift) and gives its exploratory reading: SC's
-    share of plain's |Δ log p(EOS)|."""
+    share of plain's change, in size (no "|" in the text: it sits in Markdown tables)."""
     r, pred, par, rd = ld["row"], ld["prediction"], ld["parameters"], ld["row"]["reading"]
     first = "" if ld["first_status"] is None else f"; the first design (sampled training runs): {ld['first_status']}"
     out = dict(claim="A mismatched sampler drifts the completion length, and SC removes it (plain − SC in Δ log "
@@ -271,10 +271,11 @@ def length_drift_claim(ld: dict) -> dict:
     return dict(out, status=out["status"] + (
         f" · plain's push took both signs over the seeds ({lo:+.2f} to {hi:+.2f} nats; a seed sets the weight-noise "
         f"draw, the prompts and the sampling), so this test reads the sign of an average over noise draws, not one "
-        f"sampler's drift; exploratory: SC's |Δ log p(EOS)| is {rd['sc_share']:.1%} of plain's, smaller at "
+        f"sampler's drift; exploratory: the size of SC's change in log p(EOS) is {rd['sc_share']:.1%} of plain's, "
+        f"smaller at "
         f"{rd['sc_smaller']} of {r['n']} seeds"),
-        short_status=f"{out['short_status']}; plain's push took both signs; SC's |Δ| is {rd['sc_share']:.1%} of "
-                     f"plain's (exploratory)")
+        short_status=f"{out['short_status']}; plain's push took both signs; SC's change is {rd['sc_share']:.1%} of "
+                     f"plain's in size (exploratory)")
 
 
 def _gradient_number(g, r) -> tuple:

@@ -7,6 +7,7 @@ the numbers notebook 02's closing section quotes are the ones scripts/verdict.py
 import copy as copy_module
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -91,6 +92,21 @@ sys.stdout.write(json.dumps(out))
     assert page.blocks(changed)["claims"] != out["claims"]
     with pytest.raises(ValueError, match="margin"):
         page.blocks(dict(V, margin=0.1))
+
+
+def test_every_generated_table_row_has_its_headers_cells(made):
+    """A "|" inside a cell's text splits a Markdown table's row (the C7 status once lost its reading after "SC's"):
+    every row of every generated table has as many cells as its header, counting only unescaped pipes."""
+    _, m = made
+    for name in page.PAGE_BLOCKS + page.README_BLOCKS:
+        header = None
+        for line in m[name].splitlines():
+            if not line.startswith("|"):
+                header = None
+                continue
+            cells = len(re.findall(r"(?<!\\)\|", line))
+            header = cells if header is None else header
+            assert cells == header, f"a row of the {name} block has {cells - 1} cells, its header {header - 1}: {line[:120]}"
 
 
 def test_the_rule_is_stated_before_the_claims_and_no_cell_is_a_vote():
@@ -418,9 +434,9 @@ def test_the_length_drift_claim_reads_notebook_14s_saved_row():
     both = dict(reading, plain_range=[-1.2, 0.8], plain_takes_both_signs=True, sc_share=1 / 6, sc_smaller=3)
     text = page.length_drift_claim(verdict.length_drift_data({**it, "claims": [dict(wrong, reading=both)]}, None))
     assert text["status"].startswith(one_sign["status"] + " · plain's push took both signs over the seeds (-1.20 to +0.80")
-    assert text["status"].endswith("SC's |Δ log p(EOS)| is 16.7% of plain's, smaller at 3 of 4 seeds")
-    assert text["short_status"] == (one_sign["short_status"] + "; plain's push took both signs; SC's |Δ| is 16.7% of "
-                                    "plain's (exploratory)")
+    assert text["status"].endswith("the size of SC's change in log p(EOS) is 16.7% of plain's, smaller at 3 of 4 seeds")
+    assert text["short_status"] == (one_sign["short_status"] + "; plain's push took both signs; SC's change is 16.7% "
+                                    "of plain's in size (exploratory)")
     assert "drifts the completion length" in page.claims_table(page.claims(V))
 
 
