@@ -350,7 +350,8 @@ def length_drift_data(it: dict, ld: dict | None) -> dict:
 def readings() -> dict:
     """The page's other readings, by the verdict's key: the top-k claim (notebook 03 at k = 128, σ 0.1, T = 1), the
     severity ladder's rungs and run-mean KL (11), the sampler ladder sorted by KL (04), notebook 13's recovery table
-    and its group-baseline arm against its raw-reward arms (centred_13), and the headline's setting (02)."""
+    (with its baseline − bf16 row), its exploratory sc_baseline − baseline row and mean AUC of the baseline, SC and
+    bf16 arms (centred_13), and the headline's setting (02)."""
     t, d11, c = _load("03_topk_estimator.json"), _load("11_severity_slope.json"), _load("13_confirmatory.json")
     sev, mm, d02 = _load("04_severity.json"), _load("04_sampler_mismatch.json"), _load("02_fp8_arms.json")
     b = t["settings"]["σ=0.1, T=1"]["by_k"] if t else None
@@ -370,9 +371,7 @@ def readings() -> dict:
                       kl={rung: d11["per_rung"][rung]["kl_run_mean"] for rung in d11["rungs"]}),
         ladder=dict(samplers=sorted(ladder), n_prompts=sev["parameters"]["n_prompts"], cpu=sev["hardware"]["cpu"]),
         recovery=c["recovery"],
-        centred_13=dict(d=c["recovery"]["baseline − bf16 (AUC)"], sc_added=ex,
-                        a7=next(r for r in c["claims"] if r["id"] == "A7"),
-                        **{f"{a}_auc": c["per_arm"][a]["auc_mean"] for a in ("baseline", "sc", "bf16")}))
+        centred_13=dict(sc_added=ex, **{f"{a}_auc": c["per_arm"][a]["auc_mean"] for a in ("baseline", "sc", "bf16")}))
 
 
 def collect() -> dict:

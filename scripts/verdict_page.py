@@ -512,15 +512,15 @@ REGIME_SENTENCES = {
 
 def regime_text(v: dict) -> str:
     """The verdict page's section on the article's regime: notebook 16's primary rows (the verdict's regime), then
-    notebook 13's A7 with what it mixes (the verdict's centred_13)."""
+    notebook 13's A7 (its confirmatory row) with what it mixes (its recovery's baseline − bf16, its centred_13)."""
     regime = v["regime"]["rows"] if v["regime"] else []
     lines = ["| id | the claim, group-centred advantages | paired difference (AUC) | test | Holm p (its opposite's) | "
              "status |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['id'].replace(PRIME, '′')} | {REGIME_WORDING[r['id']]} | {fmt(r['mean'])} ± {fmt(r['ci95'], False)} ({r['n']} "
               f"seeds) | {KINDS[r['kind']]} | {p_text(r['p_holm'])} ({p_text(r['p_opposite_holm'])}) | {short_status(r)} |"
               for r in regime]
-    c = v["centred_13"]
-    a7, ex, d = c["a7"], c["sc_added"], c["d"]
+    a7 = next(r for r in v["confirmatory"] if r["id"] == "A7" and r["family"] == "13 A")
+    ex, d = v["centred_13"]["sc_added"], v["recovery"]["baseline − bf16 (AUC)"]
     return "\n".join(lines + [
         "", f"The claims table's group-baseline row (notebook 13's A7: SC − baseline {fmt(a7['mean'])} ± {fmt(a7['ci95'], False)} AUC, {a7['status']}) "
             f"mixes two things: its `baseline` arm has group-centred advantages on the mismatched sampler, and it beats "
