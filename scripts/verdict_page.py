@@ -402,7 +402,7 @@ def readme_table(cs: list, regime: list) -> str:
     """The README's short form of the claims table: claim, where, the advantages its runs used, mean ± 95%, status in
     a few words (README_CLAIMS, every one with raw rewards as advantages), then notebook 16's cost and recovery rows
     (README_REGIME of the verdict's regime rows, group-centred advantages)."""
-    lines = ["| the article's claim | where | advantages | paired difference | status |", "|---|---|---|---|---|"]
+    lines = ["| the article's claim | notebook | advantages | paired difference | status |", "|---|---|---|---|---|"]
     for c in cs:
         if c["claim"].startswith(README_CLAIMS):
             adv = "raw (SC) against group-centred" if "group baseline" in c["claim"] else "raw (A = r)"
